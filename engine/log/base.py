@@ -1,0 +1,127 @@
+"""The log contract every backend implements (``FileLog``, ``KafkaLog``, ``MemoryLog``).
+
+A log is partitioned and append-only. Promises, checked by ``tests/conformance/log_contract.py``:
+
+* ``append`` returns only once the record is durable by the backend's policy (FileLog with
+  ``fsync="always"``: on disk; Kafka: acknowledged by all in-sync replicas). The returned
+  ``LogPosition`` is where the record is and will stay.
+* Offsets in a partition are dense from 0 for FileLog/MemoryLog; Kafka's may have gaps
+  (transaction markers), so readers always continue from ``record.offset + 1``.
+* Records of one partition are read back in offset order, byte-identical (key, value, headers).
+* The partition of a record is ``partition_for_key(key, partitions)``: Kafka's murmur2 of the
+  conversation-id part of the key (the bytes before the first ``0x1F``), so every event of a
+  conversation lands in one partition and a producer in any language can compute it.
+* ``end_offsets()[p]`` is the offset the next record of partition ``p`` will get (for
+  Kafka: the high watermark).
+* Errors: a backend that cannot take or serve records raises ``LogUnavailable``; a damaged
+  record raises ``CorruptLog`` naming its position (or is reported as poison by readers).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from kafka.partitioner import murmur2
+
+from schemas.positions import LogPosition
+
+__all__ = ["KEY_SEPARATOR", "Headers", "Log", "LogCursor", "Record", "partition_for_key", "record_key"]
+
+KEY_SEPARATOR = b"\x1f"
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record as read back from a log."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int
+    key: bytes
+    value: bytes
+    headers: Headers = ()
+
+    @property
+    def position(self) -> LogPosition:
+        return LogPosition(self.partition, self.offset)
+
+
+def record_key(conversation_id: str, append_id: str = "") -> bytes:
+    """The record key: ``conversation_id + 0x1F + append_id`` in UTF-8 (empty append id for a clear)."""
+    return conversation_id.encode("utf-8") + KEY_SEPARATOR + append_id.encode("utf-8")
+
+
+def partition_for_key(key: bytes, partitions: int) -> int:
+    """Kafka's default partitioner applied to the conversation id bytes of ``key``.
+
+    ``(murmur2(conversation_id_bytes) & 0x7FFFFFFF) % partitions``, as Java's
+    ``Utils.toPositive(Utils.murmur2(bytes)) % numPartitions``.
+    """
+    if partitions == 1:
+        return 0
+    conversation = key.split(KEY_SEPARATOR, 1)[0]
+    return (murmur2(conversation) & 0x7FFFFFFF) % partitions
+
+
+class LogCursor(abc.ABC):
+    """A reader over all partitions of a log, positioned per partition.
+
+    Not thread-safe: one thread owns a cursor (the projector). ``poll`` returns the next
+    records after each partition's position, in offset order per partition, and advances
+    past them; it waits up to ``timeout`` seconds when nothing is available and then returns
+    ``[]``. ``wakeup()`` may be called from any thread to end a waiting ``poll`` early.
+    """
+
+    @abc.abstractmethod
+    def poll(self, timeout: float, max_records: int = 1000) -> list[Record]: ...
+
+    @abc.abstractmethod
+    def seek(self, partition: int, offset: int) -> None: ...
+
+    @abc.abstractmethod
+    def wakeup(self) -> None: ...
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+
+class Log(abc.ABC):
+    """A partitioned, append-only log. Thread-safe: many threads may append at once."""
+
+    @property
+    @abc.abstractmethod
+    def partitions(self) -> int: ...
+
+    @abc.abstractmethod
+    def append(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
+               *, timeout: float = 30.0) -> LogPosition:
+        """Append one record durably and return its position (partition from ``key``).
+
+        Raises ``LogUnavailable`` when the backend cannot take it within ``timeout``.
+        """
+
+    @abc.abstractmethod
+    def read(self, partition: int, from_offset: int, max_records: int = 1000) -> list[Record]:
+        """Records of ``partition`` at offsets ``>= from_offset``, at most ``max_records``; never waits long."""
+
+    @abc.abstractmethod
+    def end_offsets(self) -> list[int]:
+        """Per partition, the offset the next appended record will get."""
+
+    @abc.abstractmethod
+    def cursor(self, start: Mapping[int, int]) -> LogCursor:
+        """A cursor positioned at ``start[p]`` for every partition (0 where missing)."""
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release files / connections. Idempotent."""
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

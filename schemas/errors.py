@@ -1,0 +1,171 @@
+"""Every public error of histlog.
+
+The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
+
+    HistoryError
+    ├── InvalidConversationID   (ValueError)  bad conversation id; fix the id
+    ├── InvalidAppendID         (ValueError)  bad append id; fix the id
+    ├── InvalidMessage          (ValueError)  a message breaks a rule; says what and where
+    ├── InvalidBatch            (ValueError)  a batch breaks a rule (empty, bad message, ...)
+    ├── InvalidReceipt          (ValueError)  a receipt does not name the batch it is checked against
+    ├── InvalidWindow           (ValueError)  window limit <= 0
+    ├── AppendConflict                        the append id already names other content
+    ├── ConversationClosed                    the conversation was cleared; use a new id
+    ├── NotFound                (LookupError) an unknown or hidden message / turn
+    ├── TurnNotReplaceable                    only the latest visible turn may be replaced
+    ├── PreconditionFailed                    expected_last did not match
+    ├── WindowTooSmall                        the newest turn does not fit the window
+    ├── CommitError                           generation succeeded, persistence did not
+    ├── CommitUnconfirmed                     no decision in time; resend the same Batch
+    ├── LogUnavailable                        the log backend is down or fail-stopped
+    └── CorruptLog                            a log record or segment is damaged
+
+Every message says what went wrong and what to do next. Errors carry no I/O
+handles and are safe to pickle or print.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from schemas.batch import Batch, Receipt
+
+__all__ = [
+    "AppendConflict",
+    "CommitError",
+    "CommitUnconfirmed",
+    "ConversationClosed",
+    "CorruptLog",
+    "HistoryError",
+    "InvalidAppendID",
+    "InvalidBatch",
+    "InvalidConversationID",
+    "InvalidMessage",
+    "InvalidReceipt",
+    "InvalidWindow",
+    "LogUnavailable",
+    "NotFound",
+    "PreconditionFailed",
+    "TurnNotReplaceable",
+    "WindowTooSmall",
+]
+
+
+class HistoryError(Exception):
+    """Root of every error histlog raises on purpose."""
+
+
+class InvalidConversationID(HistoryError, ValueError):
+    """A conversation id breaks a rule (empty, whitespace at an end, control character, too long...)."""
+
+
+class InvalidAppendID(HistoryError, ValueError):
+    """An append id breaks a rule (the same rules as conversation ids)."""
+
+
+class InvalidMessage(HistoryError, ValueError):
+    """A message, part or metadata value is invalid; the message says what and where."""
+
+
+class InvalidBatch(HistoryError, ValueError):
+    """A batch is invalid: no messages, an invalid message, or bytes that are not canonical."""
+
+
+class InvalidReceipt(HistoryError, ValueError):
+    """A receipt does not name the batch it was checked against."""
+
+
+class InvalidWindow(HistoryError, ValueError):
+    """A window limit is not positive."""
+
+
+class AppendConflict(HistoryError):
+    """The (conversation, append id) already names different content.
+
+    A retry must resend the *same* Batch; new content needs a new append id.
+    """
+
+    def __init__(self, message: str, *, conversation_id: str = "", append_id: str = "",
+                 existing_digest: str = "", digest: str = "") -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.append_id = append_id
+        self.existing_digest = existing_digest
+        self.digest = digest
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class ConversationClosed(HistoryError):
+    """The conversation was cleared and is closed forever; start a new conversation id."""
+
+    def __init__(self, message: str, *, conversation_id: str = "") -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class NotFound(HistoryError, LookupError):
+    """An unknown (or hidden) message or turn."""
+
+
+class TurnNotReplaceable(HistoryError):
+    """Only the latest visible turn can be replaced."""
+
+
+class PreconditionFailed(HistoryError):
+    """``expected_last`` did not name the conversation's last accepted append."""
+
+
+class WindowTooSmall(HistoryError):
+    """The newest complete turn (plus the merged system message) does not fit the window limit."""
+
+
+class CommitError(HistoryError):
+    """Generation succeeded but persisting it did not.
+
+    ``batch`` is the exact Batch to retry with ``engine.append(err.batch)`` (no new model
+    call needed); ``receipt`` is set when the append was in fact confirmed; ``response`` is
+    the model's response; ``__cause__`` is the underlying error.
+    """
+
+    def __init__(self, message: str, *, batch: Batch, receipt: Receipt | None = None,
+                 response: Any = None) -> None:
+        super().__init__(message)
+        self.batch = batch
+        self.receipt = receipt
+        self.response = response
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class CommitUnconfirmed(HistoryError):
+    """No admission decision arrived in time. The outcome is unknown: resend the same Batch."""
+
+
+class LogUnavailable(HistoryError):
+    """The log backend cannot take or serve records now (broker down, fail-stopped file log...)."""
+
+
+class CorruptLog(HistoryError):
+    """A log record or segment is damaged or undecodable. ``reason`` says why, ``position`` where."""
+
+    def __init__(self, message: str, *, reason: str = "", position: Any = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.position = position
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[HistoryError], args: tuple[Any, ...], state: dict[str, Any]) -> HistoryError:
+    err = cls.__new__(cls)
+    err.args = args
+    err.__dict__.update(state)
+    return err

@@ -1,0 +1,1 @@
+"""Placeholder: replaced by the Kafka broker fixture (issue 4)."""
