@@ -1,0 +1,330 @@
+"""The log's event records and their codec: Avro single-object encoding.
+
+Every log value is one event framed as Avro *single-object encoding*::
+
+    C3 01 | CRC-64-AVRO fingerprint of the writer schema (8 bytes, little-endian) | Avro binary body
+
+``docs/events.md`` is the contract for readers in other languages (schemas, framing,
+fingerprints, record key, partitioner, evolution, poison records).
+
+Promises:
+
+* ``decode_event(encode_event(e)) == e`` for every encodable event.
+* ``encode_event`` is deterministic: equal events give equal bytes (pinned by golden tests;
+  a change is a breaking log-format change).
+* ``decode_event`` raises only ``CorruptLog`` (with a short ``reason``) for any input that is
+  not exactly one framed event: ``too short``, ``bad magic``, ``unknown schema fingerprint
+  <hex>``, ``undecodable body: ...``, ``trailing bytes``. The caller (the projector) decides
+  the policy: count the record as poison, quarantine it with its position, skip it.
+* Decoding resolves the writer schema (found by fingerprint) against the *current* reader
+  schema of the same record name, so older and newer writers decode as today's dataclasses
+  (added fields with defaults, ``int`` -> ``long`` promotion, aliases). Writer schemas other
+  than the current ones must be registered with ``register_writer_schema``.
+
+Thread-safe: no shared mutable buffers; the writer registry only ever grows, by atomic dict
+assignment.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+from typing import Any, ClassVar, Final
+
+from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro.schema import fingerprint, to_parsing_canonical_form
+
+from schemas.errors import CorruptLog
+
+__all__ = [
+    "BATCH_APPENDED_FINGERPRINT",
+    "CONVERSATION_CLEARED_FINGERPRINT",
+    "HEADER_SIZE",
+    "MAGIC",
+    "NAMESPACE",
+    "BatchAppended",
+    "ConversationCleared",
+    "Event",
+    "current_schema",
+    "decode_event",
+    "encode_event",
+    "fingerprint_of",
+    "register_writer_schema",
+    "schema_fingerprint",
+]
+
+MAGIC: Final = b"\xc3\x01"
+"""The two marker bytes that open every single-object-encoded value (Avro spec, format version 1)."""
+
+HEADER_SIZE: Final = 10
+"""Marker (2 bytes) + fingerprint (8 bytes); the Avro body follows."""
+
+NAMESPACE: Final = "histlog.events"
+
+_INT_MIN: Final = -(1 << 31)
+_INT_MAX: Final = (1 << 31) - 1
+_LONG_MIN: Final = -(1 << 63)
+_LONG_MAX: Final = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchAppended:
+    """One atomic append of a batch (``schemas/batch_appended.avsc``).
+
+    ``messages`` is the canonical JSON array that ``digest`` (``"sha256:" + hex``) was computed
+    over; admission recomputes the digest from these bytes.
+    """
+
+    AVRO_NAME: ClassVar[str] = f"{NAMESPACE}.BatchAppended"
+
+    conversation_id: str
+    append_id: str
+    digest: str
+    messages: bytes
+    message_count: int
+    content_bytes: int
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ConversationCleared:
+    """Closes a conversation forever (``schemas/conversation_cleared.avsc``).
+
+    Its record key has an empty append id.
+    """
+
+    AVRO_NAME: ClassVar[str] = f"{NAMESPACE}.ConversationCleared"
+
+    conversation_id: str
+    created_at_ms: int
+
+
+Event = BatchAppended | ConversationCleared
+
+# --------------------------------------------------------------------------- schemas
+
+_SCHEMA_DIR: Final = Path(__file__).resolve().parent
+
+_CURRENT_FILES: Final[dict[str, str]] = {
+    BatchAppended.AVRO_NAME: "batch_appended.avsc",
+    ConversationCleared.AVRO_NAME: "conversation_cleared.avsc",
+}
+
+
+def schema_fingerprint(schema: Any) -> bytes:
+    """The 8 fingerprint bytes of a schema as they appear in the frame.
+
+    CRC-64-AVRO (Rabin) of the schema's Parsing Canonical Form; fastavro returns the hex of
+    the little-endian bytes, which is exactly the on-the-wire order.
+    """
+    return bytes.fromhex(fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO"))
+
+
+@dataclass(frozen=True, slots=True)
+class _Writer:
+    """A known writer schema: how to read a body written with it."""
+
+    fingerprint: bytes
+    name: str
+    schema: Any  # the parsed writer schema
+    reader: Any  # the parsed current schema of ``name``, or None when the writer *is* it
+    build: Callable[[dict[str, Any]], Event]
+
+
+def _build_batch(rec: dict[str, Any]) -> Event:
+    count = rec["message_count"]
+    if not _INT_MIN <= count <= _INT_MAX:
+        raise ValueError(f"message_count {count} outside the Avro int range")
+    return BatchAppended(**rec)
+
+
+def _build_cleared(rec: dict[str, Any]) -> Event:
+    return ConversationCleared(**rec)
+
+
+_BUILDERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
+    BatchAppended.AVRO_NAME: _build_batch,
+    ConversationCleared.AVRO_NAME: _build_cleared,
+}
+
+
+def _load_current() -> tuple[dict[str, Any], dict[str, dict[str, Any]], dict[str, bytes]]:
+    parsed: dict[str, Any] = {}
+    raw: dict[str, dict[str, Any]] = {}
+    prints: dict[str, bytes] = {}
+    for name, filename in _CURRENT_FILES.items():
+        schema = json.loads((_SCHEMA_DIR / filename).read_text(encoding="utf-8"))
+        parsed_schema: dict[str, Any] = parse_schema(schema)  # type: ignore[assignment]
+        # Invariant: the file declares the record the table says it does.
+        assert parsed_schema["name"] == name, (filename, parsed_schema["name"])
+        raw[name] = schema
+        parsed[name] = parsed_schema
+        prints[name] = schema_fingerprint(parsed_schema)
+    return parsed, raw, prints
+
+
+_CURRENT, _CURRENT_RAW, _CURRENT_FINGERPRINTS = _load_current()
+
+BATCH_APPENDED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[BatchAppended.AVRO_NAME]
+"""Fingerprint bytes of the current ``BatchAppended`` schema (frame bytes 2..9)."""
+
+CONVERSATION_CLEARED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[ConversationCleared.AVRO_NAME]
+"""Fingerprint bytes of the current ``ConversationCleared`` schema (frame bytes 2..9)."""
+
+_WRITERS: dict[bytes, _Writer] = {
+    fp: _Writer(fp, name, _CURRENT[name], None, _BUILDERS[name]) for name, fp in _CURRENT_FINGERPRINTS.items()
+}
+
+# Frame prefixes of the current schemas, computed once.
+_PREFIX_BATCH: Final = MAGIC + BATCH_APPENDED_FINGERPRINT
+_PREFIX_CLEARED: Final = MAGIC + CONVERSATION_CLEARED_FINGERPRINT
+_SCHEMA_BATCH: Final = _CURRENT[BatchAppended.AVRO_NAME]
+_SCHEMA_CLEARED: Final = _CURRENT[ConversationCleared.AVRO_NAME]
+
+
+def _full_name(name: str) -> str:
+    return name if "." in name else f"{NAMESPACE}.{name}"
+
+
+def fingerprint_of(name: str | type[Event]) -> bytes:
+    """Fingerprint bytes of a record's current schema (``"BatchAppended"``, its full name, or the class)."""
+    full = name.AVRO_NAME if isinstance(name, type) else _full_name(name)
+    try:
+        return _CURRENT_FINGERPRINTS[full]
+    except KeyError:
+        known = sorted(_CURRENT_FINGERPRINTS)
+        raise KeyError(f"no current event schema named {full!r}; known: {known}") from None
+
+
+def current_schema(name: str | type[Event]) -> dict[str, Any]:
+    """A copy of the current schema (as written in its ``.avsc`` file) of a record."""
+    full = name.AVRO_NAME if isinstance(name, type) else _full_name(name)
+    return json.loads(json.dumps(_CURRENT_RAW[full]))  # type: ignore[no-any-return]
+
+
+def register_writer_schema(schema: Mapping[str, Any]) -> bytes:
+    """Make records written with another version of an event schema decodable; return its fingerprint.
+
+    ``schema`` is a record schema whose full name is one of the current events'. Its bodies
+    are resolved against the current schema by Avro's rules, so a reader field without a
+    default must exist in the writer (by name or alias) — checked here, not at decode time.
+    Idempotent. Raises ``ValueError`` for an unparseable, unknown or irreconcilable schema.
+    """
+    try:
+        parsed = parse_schema(dict(schema))
+    except Exception as exc:  # fastavro raises several unrelated types
+        raise ValueError(f"writer schema does not parse: {exc}") from exc
+    if not isinstance(parsed, dict) or parsed.get("type") != "record":
+        raise ValueError("a writer schema must be an Avro record")
+    name = parsed["name"]
+    if name not in _CURRENT:
+        raise ValueError(f"writer schema names {name!r}, which is no current event ({sorted(_CURRENT)})")
+    fp = schema_fingerprint(parsed)
+    if fp in _WRITERS:
+        return fp
+    writer_names: set[str] = {f["name"] for f in parsed["fields"]}
+    for field in _CURRENT[name]["fields"]:
+        names = {field["name"], *field.get("aliases", ())}
+        if "default" not in field and not names & writer_names:
+            raise ValueError(
+                f"writer schema of {name} lacks field {field['name']!r}, which has no default in the "
+                "current schema: add a default to the current schema or keep the field"
+            )
+    _WRITERS[fp] = _Writer(fp, name, parsed, _CURRENT[name], _BUILDERS[name])
+    return fp
+
+
+# --------------------------------------------------------------------------- codec
+
+
+def _check_str(value: object, field: str) -> None:
+    if type(value) is not str:
+        raise TypeError(f"{field} must be str, not {type(value).__name__}")
+
+
+def _check_int(value: object, field: str, lo: int, hi: int) -> None:
+    if type(value) is not int:
+        raise TypeError(f"{field} must be int, not {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{field} {value} is outside [{lo}, {hi}]")
+
+
+def encode_event(event: Event) -> bytes:
+    """Frame one event with the current schema of its type.
+
+    Raises ``TypeError`` / ``ValueError`` for a field of the wrong type, an integer outside its
+    Avro range (``message_count`` is an ``int``, the others ``long``) or a string that is not
+    encodable as UTF-8; nothing partial is ever returned.
+    """
+    cls = type(event)
+    if cls is BatchAppended:
+        assert isinstance(event, BatchAppended)  # Invariant: narrowed by the exact type check above.
+        _check_str(event.conversation_id, "conversation_id")
+        _check_str(event.append_id, "append_id")
+        _check_str(event.digest, "digest")
+        if type(event.messages) is not bytes:
+            raise TypeError(f"messages must be bytes, not {type(event.messages).__name__}")
+        _check_int(event.message_count, "message_count", _INT_MIN, _INT_MAX)
+        _check_int(event.content_bytes, "content_bytes", _LONG_MIN, _LONG_MAX)
+        _check_int(event.created_at_ms, "created_at_ms", _LONG_MIN, _LONG_MAX)
+        record: dict[str, Any] = {
+            "conversation_id": event.conversation_id,
+            "append_id": event.append_id,
+            "digest": event.digest,
+            "messages": event.messages,
+            "message_count": event.message_count,
+            "content_bytes": event.content_bytes,
+            "created_at_ms": event.created_at_ms,
+        }
+        prefix, schema = _PREFIX_BATCH, _SCHEMA_BATCH
+    elif cls is ConversationCleared:
+        assert isinstance(event, ConversationCleared)  # Invariant: narrowed by the exact type check above.
+        _check_str(event.conversation_id, "conversation_id")
+        _check_int(event.created_at_ms, "created_at_ms", _LONG_MIN, _LONG_MAX)
+        record = {"conversation_id": event.conversation_id, "created_at_ms": event.created_at_ms}
+        prefix, schema = _PREFIX_CLEARED, _SCHEMA_CLEARED
+    else:
+        raise TypeError(f"not a histlog event: {cls.__name__}")
+    buf = BytesIO()
+    buf.write(prefix)
+    schemaless_writer(buf, schema, record)
+    return buf.getvalue()
+
+
+def _corrupt(reason: str, detail: str) -> CorruptLog:
+    return CorruptLog(f"undecodable event value ({reason}): {detail}", reason=reason)
+
+
+def decode_event(data: bytes) -> Event:
+    """Decode one framed event (any registered writer schema) into the current dataclass.
+
+    Raises ``CorruptLog`` — and nothing else — when ``data`` is not exactly one framed event.
+    """
+    if type(data) is not bytes:
+        data = bytes(data)
+    if len(data) < HEADER_SIZE:
+        raise _corrupt("too short", f"{len(data)} bytes, a framed event has at least {HEADER_SIZE + 1}")
+    if data[:2] != MAGIC:
+        raise _corrupt("bad magic", f"starts with {data[:2].hex()}, expected c301 (Avro single-object)")
+    writer = _WRITERS.get(data[2:HEADER_SIZE])
+    if writer is None:
+        fp = data[2:HEADER_SIZE].hex()
+        raise _corrupt(
+            f"unknown schema fingerprint {fp}",
+            "written with a schema this reader does not know; upgrade the reader or register the schema",
+        )
+    buf = BytesIO(data)
+    buf.seek(HEADER_SIZE)
+    try:
+        record = schemaless_reader(buf, writer.schema, writer.reader)
+        if buf.tell() != len(data):
+            end = buf.tell()
+            raise _corrupt("trailing bytes", f"the {writer.name} body ends at byte {end} of {len(data)}")
+        return writer.build(record)  # type: ignore[arg-type]
+    except CorruptLog:
+        raise
+    except Exception as exc:  # fastavro, EOF, struct, unicode and resolution errors alike
+        raise _corrupt(f"undecodable body: {type(exc).__name__}: {exc}"[:200], f"as {writer.name}") from exc

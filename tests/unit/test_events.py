@@ -1,0 +1,385 @@
+"""The event codec (schemas/events.py) as a specification.
+
+Golden bytes and pinned fingerprints are the log format: if one of those tests fails, the
+change breaks every existing log and every reader in another language. Do not "update the
+fixture"; add a new schema version by evolution instead (docs/events.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastavro import parse_schema, schemaless_writer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from schemas.errors import CorruptLog
+from schemas.events import (
+    BATCH_APPENDED_FINGERPRINT,
+    CONVERSATION_CLEARED_FINGERPRINT,
+    HEADER_SIZE,
+    MAGIC,
+    BatchAppended,
+    ConversationCleared,
+    Event,
+    current_schema,
+    decode_event,
+    encode_event,
+    fingerprint_of,
+    register_writer_schema,
+    schema_fingerprint,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "data" / "events"
+DOCS = ROOT / "docs" / "events.md"
+
+# Pinned: the fingerprints of the current schemas, as the frame carries them.
+PINNED = {
+    "BatchAppended": "c22957e66f4f2191",
+    "ConversationCleared": "c27975b3260a301e",
+}
+
+INT32 = st.integers(-(2**31), 2**31 - 1)
+INT64 = st.integers(-(2**63), 2**63 - 1)
+
+batch_events = st.builds(
+    BatchAppended,
+    conversation_id=st.text(),
+    append_id=st.text(),
+    digest=st.text(),
+    messages=st.binary(),
+    message_count=INT32,
+    content_bytes=INT64,
+    created_at_ms=INT64,
+)
+clear_events = st.builds(ConversationCleared, conversation_id=st.text(), created_at_ms=INT64)
+events = st.one_of(batch_events, clear_events)
+
+
+def sample_batch() -> BatchAppended:
+    return BatchAppended(
+        conversation_id="conv-1",
+        append_id="a1",
+        digest="sha256:" + "ab" * 32,
+        messages=b'[{"parts":[{"kind":"text","text":"hi"}],"role":"user"}]',
+        message_count=1,
+        content_bytes=55,
+        created_at_ms=1_767_225_600_000,
+    )
+
+
+def parse_hex_dump(text: str) -> bytes:
+    """Hex pairs separated by whitespace; ``#`` starts a comment to the end of the line."""
+    body = " ".join(line.split("#", 1)[0] for line in text.splitlines())
+    return bytes.fromhex(body)
+
+
+def load_golden(name: str) -> tuple[Event, bytes]:
+    spec = json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8"))
+    fields: dict[str, Any] = dict(spec["fields"])
+    cls = {"BatchAppended": BatchAppended, "ConversationCleared": ConversationCleared}[spec["type"]]
+    if "messages" in fields:
+        fields["messages"] = fields["messages"].encode("utf-8")
+    event: Event = cls(**fields)
+    return event, parse_hex_dump((GOLDEN / f"{name}.hex").read_text(encoding="utf-8"))
+
+
+def crc64_avro(data: bytes) -> bytes:
+    """CRC-64-AVRO (Rabin) written from the Avro spec, independently of fastavro."""
+    empty = 0xC15D213AA4D7A795
+    table = []
+    for i in range(256):
+        fp = i
+        for _ in range(8):
+            fp = (fp >> 1) ^ (empty & -(fp & 1))
+        table.append(fp)
+    fp = empty
+    for byte in data:
+        fp = (fp >> 8) ^ table[(fp ^ byte) & 0xFF]
+    return fp.to_bytes(8, "little")
+
+
+def reason_of(data: bytes) -> str:
+    with pytest.raises(CorruptLog) as info:
+        decode_event(data)
+    return info.value.reason
+
+
+# --------------------------------------------------------------------------- round trip
+
+
+@given(batch_events)
+def test_batch_appended_round_trips(event: BatchAppended) -> None:
+    assert decode_event(encode_event(event)) == event
+
+
+@given(clear_events)
+def test_conversation_cleared_round_trips(event: ConversationCleared) -> None:
+    assert decode_event(encode_event(event)) == event
+
+
+@given(events)
+def test_encoding_is_framed_with_the_current_fingerprint(event: Event) -> None:
+    data = encode_event(event)
+    assert data[:2] == MAGIC
+    assert data[2:HEADER_SIZE] == fingerprint_of(type(event))
+
+
+def test_decoded_events_are_the_frozen_dataclasses() -> None:
+    event = decode_event(encode_event(sample_batch()))
+    assert type(event) is BatchAppended
+    assert type(event.messages) is bytes
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        event.append_id = "other"  # type: ignore[misc]
+
+
+def test_dataclass_fields_match_the_schemas() -> None:
+    for cls in (BatchAppended, ConversationCleared):
+        schema_fields = [f["name"] for f in current_schema(cls)["fields"]]
+        assert [f.name for f in dataclasses.fields(cls)] == schema_fields
+        assert all(f.get("doc") for f in current_schema(cls)["fields"]), "every field carries a doc"
+
+
+@pytest.mark.parametrize(
+    ("change", "error"),
+    [
+        ({"message_count": 2**31}, ValueError),
+        ({"content_bytes": 2**63}, ValueError),
+        ({"created_at_ms": -(2**63) - 1}, ValueError),
+        ({"message_count": True}, TypeError),
+        ({"message_count": 1.0}, TypeError),
+        ({"conversation_id": b"c"}, TypeError),
+        ({"messages": "[]"}, TypeError),
+        ({"append_id": "\ud800"}, ValueError),
+    ],
+)
+def test_unencodable_events_raise_type_or_value_errors(change: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        encode_event(dataclasses.replace(sample_batch(), **change))
+
+
+def test_encoding_a_non_event_is_a_type_error() -> None:
+    with pytest.raises(TypeError):
+        encode_event({"conversation_id": "c"})  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- the format, pinned
+
+
+@pytest.mark.parametrize("name", ["batch_appended", "conversation_cleared"])
+def test_golden_event_encodes_to_the_golden_bytes(name: str) -> None:
+    event, golden = load_golden(name)
+    assert encode_event(event) == golden, (
+        f"BREAKING LOG FORMAT CHANGE: {name} no longer encodes to tests/data/events/{name}.hex"
+    )
+
+
+@pytest.mark.parametrize("name", ["batch_appended", "conversation_cleared"])
+def test_golden_bytes_decode_to_the_golden_event(name: str) -> None:
+    event, golden = load_golden(name)
+    assert decode_event(golden) == event
+
+
+def test_golden_batch_digest_is_the_sha256_of_its_messages() -> None:
+    import hashlib
+
+    event, _ = load_golden("batch_appended")
+    assert isinstance(event, BatchAppended)
+    assert event.digest == "sha256:" + hashlib.sha256(event.messages).hexdigest()
+
+
+@pytest.mark.parametrize("name", sorted(PINNED))
+def test_fingerprints_are_pinned(name: str) -> None:
+    assert fingerprint_of(name).hex() == PINNED[name], f"BREAKING LOG FORMAT CHANGE: schema {name} changed"
+    assert fingerprint_of(f"histlog.events.{name}") == fingerprint_of(name)
+
+
+def test_fingerprint_constants_match() -> None:
+    assert BATCH_APPENDED_FINGERPRINT == fingerprint_of(BatchAppended)
+    assert CONVERSATION_CLEARED_FINGERPRINT == fingerprint_of(ConversationCleared)
+
+
+def test_fingerprints_are_crc64_avro_of_the_parsing_canonical_form() -> None:
+    assert crc64_avro(b'"int"').hex() == "8f5c393f1ad57572"  # Avro's own test vector
+    canonical = (
+        '{"name":"histlog.events.ConversationCleared","type":"record","fields":'
+        '[{"name":"conversation_id","type":"string"},{"name":"created_at_ms","type":"long"}]}'
+    )
+    assert crc64_avro(canonical.encode()) == CONVERSATION_CLEARED_FINGERPRINT
+    assert schema_fingerprint(current_schema(ConversationCleared)) == CONVERSATION_CLEARED_FINGERPRINT
+
+
+def test_docs_show_the_golden_hex_dumps_and_fingerprints() -> None:
+    text = DOCS.read_text(encoding="utf-8")
+    blocks = {parse_hex_dump(b) for b in re.findall(r"```hexdump\n(.*?)```", text, flags=re.S)}
+    for name in ("batch_appended", "conversation_cleared"):
+        assert load_golden(name)[1] in blocks, f"docs/events.md lacks the {name} worked example"
+    for hexprint in PINNED.values():
+        assert hexprint in text
+
+
+def test_unknown_fingerprint_fixture_documented_reason() -> None:
+    _, golden = load_golden("conversation_cleared")
+    unknown = golden[:2] + bytes(8) + golden[HEADER_SIZE:]
+    assert reason_of(unknown) == "unknown schema fingerprint 0000000000000000"
+
+
+# --------------------------------------------------------------------------- corrupt values
+
+
+def test_empty_value_is_too_short() -> None:
+    assert reason_of(b"") == "too short"
+
+
+def test_one_byte_is_too_short() -> None:
+    assert reason_of(b"\xc3") == "too short"
+
+
+def test_header_without_body_is_undecodable() -> None:
+    assert reason_of(MAGIC + BATCH_APPENDED_FINGERPRINT).startswith("undecodable body: ")
+
+
+def test_bad_magic() -> None:
+    data = encode_event(sample_batch())
+    assert reason_of(b"\xc3\x02" + data[2:]) == "bad magic"
+    assert reason_of(b"\x00" + data[1:]) == "bad magic"
+
+
+def test_unknown_fingerprint_names_it() -> None:
+    data = encode_event(sample_batch())
+    bogus = bytes.fromhex("0123456789abcdef")
+    assert reason_of(MAGIC + bogus + data[HEADER_SIZE:]) == "unknown schema fingerprint 0123456789abcdef"
+
+
+def test_every_truncation_of_the_body_is_undecodable() -> None:
+    data = encode_event(sample_batch())
+    for end in range(HEADER_SIZE, len(data)):
+        assert reason_of(data[:end]).startswith("undecodable body: "), end
+
+
+def test_trailing_bytes_are_corrupt() -> None:
+    data = encode_event(sample_batch())
+    assert reason_of(data + b"\x00") == "trailing bytes"
+    assert reason_of(encode_event(ConversationCleared("c", 1)) + b"xyz") == "trailing bytes"
+
+
+def test_invalid_utf8_in_a_string_is_undecodable() -> None:
+    body = b"\x02\xff" + b"\x02a" + b"\x02d" + b"\x00" + b"\x02" + b"\x00" + b"\x00"
+    assert reason_of(MAGIC + BATCH_APPENDED_FINGERPRINT + body).startswith("undecodable body: ")
+
+
+def test_negative_length_is_undecodable() -> None:
+    body = b"\x01" + b"\x02a\x02d\x00\x02\x00\x00"
+    assert reason_of(MAGIC + BATCH_APPENDED_FINGERPRINT + body).startswith("undecodable body: ")
+
+
+def test_body_of_the_other_event_type_is_detected() -> None:
+    clear = encode_event(ConversationCleared("c", 1))
+    relabelled = MAGIC + BATCH_APPENDED_FINGERPRINT + clear[HEADER_SIZE:]
+    with pytest.raises(CorruptLog):
+        decode_event(relabelled)
+
+
+def test_corrupt_log_carries_reason_and_cause() -> None:
+    data = encode_event(sample_batch())
+    with pytest.raises(CorruptLog) as info:
+        decode_event(data[:-3])
+    assert info.value.__cause__ is not None
+    assert "undecodable" in str(info.value)
+
+
+@settings(max_examples=400, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300))
+def test_random_garbage_raises_only_corrupt_log(data: bytes) -> None:
+    try:
+        decode_event(data)
+    except CorruptLog as err:
+        assert err.reason
+
+
+@settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([BATCH_APPENDED_FINGERPRINT, CONVERSATION_CLEARED_FINGERPRINT]), st.binary(max_size=300))
+def test_random_bodies_behind_a_valid_header_raise_only_corrupt_log(fp: bytes, body: bytes) -> None:
+    try:
+        event = decode_event(MAGIC + fp + body)
+    except CorruptLog as err:
+        assert err.reason
+    else:
+        assert isinstance(event, BatchAppended | ConversationCleared)
+
+
+@settings(max_examples=400)
+@given(events, st.data())
+def test_flipped_bytes_raise_only_corrupt_log(event: Event, data: st.DataObject) -> None:
+    raw = bytearray(encode_event(event))
+    index = data.draw(st.integers(0, len(raw) - 1))
+    raw[index] ^= data.draw(st.integers(1, 255))
+    try:
+        decode_event(bytes(raw))
+    except CorruptLog as err:
+        assert err.reason
+
+
+def test_bytes_like_inputs_are_accepted() -> None:
+    data = encode_event(sample_batch())
+    assert decode_event(bytearray(data)) == sample_batch()  # type: ignore[arg-type]
+    assert decode_event(memoryview(data)) == sample_batch()  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- evolution
+
+
+def frame(schema: dict[str, Any], record: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    schemaless_writer(buf, parse_schema(schema), record)
+    return MAGIC + schema_fingerprint(schema) + buf.getvalue()
+
+
+def test_newer_writer_with_an_added_defaulted_field_decodes_as_today() -> None:
+    newer = current_schema(BatchAppended)
+    newer["fields"].append({"name": "model", "type": "string", "default": "", "doc": "test only"})
+    record = dataclasses.asdict(sample_batch()) | {"model": "gpt-test"}
+    data = frame(newer, record)
+    assert reason_of(data).startswith("unknown schema fingerprint ")  # poison until registered
+    fp = register_writer_schema(newer)
+    assert data[2:HEADER_SIZE] == fp != BATCH_APPENDED_FINGERPRINT
+    assert decode_event(data) == sample_batch()
+    assert register_writer_schema(newer) == fp  # idempotent
+
+
+def test_older_writer_with_an_int_timestamp_is_promoted_to_long() -> None:
+    older = current_schema(ConversationCleared)
+    older["fields"][1]["type"] = "int"
+    register_writer_schema(older)
+    assert decode_event(frame(older, {"conversation_id": "c", "created_at_ms": 7})) == ConversationCleared("c", 7)
+
+
+def test_writer_lacking_a_field_the_reader_cannot_default_is_refused_at_registration() -> None:
+    older = current_schema(ConversationCleared)
+    older["fields"][0]["name"] = "conversation"  # renamed since; no alias in the current schema
+    with pytest.raises(ValueError, match="lacks field 'conversation_id'"):
+        register_writer_schema(older)
+
+
+def test_registering_a_schema_of_no_known_event_fails() -> None:
+    with pytest.raises(ValueError, match="no current event"):
+        register_writer_schema({"type": "record", "name": "histlog.events.Nope", "fields": []})
+    with pytest.raises(ValueError):
+        register_writer_schema({"type": "record", "name": "x"})  # no fields: does not parse
+
+
+def test_registering_the_current_schema_is_a_no_op() -> None:
+    assert register_writer_schema(current_schema(BatchAppended)) == BATCH_APPENDED_FINGERPRINT
+    assert decode_event(encode_event(sample_batch())) == sample_batch()
+
+
+def test_unknown_event_name_has_no_fingerprint() -> None:
+    with pytest.raises(KeyError):
+        fingerprint_of("TurnReplaced")
