@@ -160,7 +160,9 @@ def test_dataclass_fields_match_the_schemas() -> None:
         ({"append_id": "\ud800"}, ValueError),
     ],
 )
-def test_unencodable_events_raise_type_or_value_errors(change: dict[str, Any], error: type[Exception]) -> None:
+def test_unencodable_events_raise_type_or_value_errors(
+    change: dict[str, Any], error: type[Exception]
+) -> None:
     with pytest.raises(error):
         encode_event(dataclasses.replace(sample_batch(), **change))
 
@@ -202,8 +204,8 @@ def test_fingerprints_are_pinned(name: str) -> None:
 
 
 def test_fingerprint_constants_match() -> None:
-    assert BATCH_APPENDED_FINGERPRINT == fingerprint_of(BatchAppended)
-    assert CONVERSATION_CLEARED_FINGERPRINT == fingerprint_of(ConversationCleared)
+    assert fingerprint_of(BatchAppended) == BATCH_APPENDED_FINGERPRINT
+    assert fingerprint_of(ConversationCleared) == CONVERSATION_CLEARED_FINGERPRINT
 
 
 def test_fingerprints_are_crc64_avro_of_the_parsing_canonical_form() -> None:
@@ -305,7 +307,10 @@ def test_random_garbage_raises_only_corrupt_log(data: bytes) -> None:
 
 
 @settings(max_examples=600, suppress_health_check=[HealthCheck.too_slow])
-@given(st.sampled_from([BATCH_APPENDED_FINGERPRINT, CONVERSATION_CLEARED_FINGERPRINT]), st.binary(max_size=300))
+@given(
+    st.sampled_from([BATCH_APPENDED_FINGERPRINT, CONVERSATION_CLEARED_FINGERPRINT]),
+    st.binary(max_size=300),
+)
 def test_random_bodies_behind_a_valid_header_raise_only_corrupt_log(fp: bytes, body: bytes) -> None:
     try:
         event = decode_event(MAGIC + fp + body)
@@ -358,7 +363,8 @@ def test_older_writer_with_an_int_timestamp_is_promoted_to_long() -> None:
     older = current_schema(ConversationCleared)
     older["fields"][1]["type"] = "int"
     register_writer_schema(older)
-    assert decode_event(frame(older, {"conversation_id": "c", "created_at_ms": 7})) == ConversationCleared("c", 7)
+    data = frame(older, {"conversation_id": "c", "created_at_ms": 7})
+    assert decode_event(data) == ConversationCleared("c", 7)
 
 
 def test_writer_lacking_a_field_the_reader_cannot_default_is_refused_at_registration() -> None:
