@@ -289,6 +289,11 @@ class FileLog(Log):
                 reason="unexpected offset", position=LogPosition(partition, expected))
 
     def _corrupt(self, partition: int, seg: _Segment, damage: Damage, why: str) -> CorruptLog:
+        if damage.intact and damage.reason.startswith("unsupported format version"):
+            return CorruptLog(
+                f"file log {self.path}: partition {partition} segment {seg.path.name} byte "
+                f"{damage.position}: {damage.reason}; it was written by a newer histlog: upgrade "
+                "histlog to read this log; nothing was changed", reason=damage.reason, position=None)
         return CorruptLog(
             f"file log {self.path}: partition {partition} segment {seg.path.name} byte "
             f"{damage.position}: {damage.reason} ({len(damage.data)} bytes, {why}). This is corruption, "
