@@ -1,0 +1,154 @@
+"""docker-compose.yml: Apache Kafka (KRaft) + a histlog container, wired so they can talk."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shlex
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+COMPOSE = Path(__file__).resolve().parents[2] / "docker-compose.yml"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data = yaml.safe_load(COMPOSE.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.fixture(scope="module")
+def kafka(compose: dict[str, Any]) -> dict[str, Any]:
+    service: dict[str, Any] = compose["services"]["kafka"]
+    return service
+
+
+@pytest.fixture(scope="module")
+def kenv(kafka: dict[str, Any]) -> dict[str, str]:
+    env = kafka["environment"]
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+@pytest.fixture(scope="module")
+def histlog(compose: dict[str, Any]) -> dict[str, Any]:
+    service: dict[str, Any] = compose["services"]["histlog"]
+    return service
+
+
+def listeners(value: str) -> dict[str, tuple[str, int]]:
+    """``NAME://host:port,...`` → {NAME: (host, port)}."""
+    out: dict[str, tuple[str, int]] = {}
+    for item in value.split(","):
+        m = re.fullmatch(r"([A-Z_]+)://([^:]*):(\d+)", item.strip())
+        assert m, f"bad listener {item!r}"
+        out[m.group(1)] = (m.group(2), int(m.group(3)))
+    return out
+
+
+def histlog_bootstrap(histlog: dict[str, Any]) -> str:
+    command = histlog["command"]
+    if isinstance(command, list):
+        command = " ".join(command)
+    words = shlex.split(command)
+    inner = shlex.split(words[-1]) if words[:2] == ["sh", "-c"] else words
+    assert "--kafka" in inner, "the histlog command must pass --kafka"
+    return inner[inner.index("--kafka") + 1]
+
+
+def test_two_services(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) == {"kafka", "histlog"}
+
+
+def test_kafka_image_is_the_official_one_pinned_to_4x(kafka: dict[str, Any]) -> None:
+    assert re.fullmatch(r"apache/kafka:4\.\d+\.\d+", kafka["image"]), kafka["image"]
+
+
+def test_kraft_combined_single_node(kenv: dict[str, str]) -> None:
+    assert set(kenv["KAFKA_PROCESS_ROLES"].split(",")) == {"broker", "controller"}
+    node_id = kenv["KAFKA_NODE_ID"]
+    voters = kenv["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
+    assert len(voters) == 1
+    voter_id, _, voter_addr = voters[0].partition("@")
+    assert voter_id == node_id
+    controller = kenv["KAFKA_CONTROLLER_LISTENER_NAMES"]
+    _host, port = listeners(kenv["KAFKA_LISTENERS"])[controller]
+    assert voter_addr.endswith(f":{port}")
+
+
+def test_every_listener_has_a_security_protocol(kenv: dict[str, str]) -> None:
+    protocol_map = dict(item.split(":") for item in kenv["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    for name in listeners(kenv["KAFKA_LISTENERS"]):
+        assert name in protocol_map
+    assert kenv["KAFKA_INTER_BROKER_LISTENER_NAME"] in listeners(kenv["KAFKA_LISTENERS"])
+
+
+def test_advertised_listeners_are_bound_and_not_the_controller(kenv: dict[str, str]) -> None:
+    bound = listeners(kenv["KAFKA_LISTENERS"])
+    advertised = listeners(kenv["KAFKA_ADVERTISED_LISTENERS"])
+    assert kenv["KAFKA_CONTROLLER_LISTENER_NAMES"] not in advertised
+    for name, (_, port) in advertised.items():
+        assert bound[name][1] == port
+
+
+def test_histlog_bootstrap_is_an_advertised_listener(kenv: dict[str, str], histlog: dict[str, Any]) -> None:
+    bootstrap = histlog_bootstrap(histlog)
+    advertised = {f"{h}:{p}" for h, p in listeners(kenv["KAFKA_ADVERTISED_LISTENERS"]).values()}
+    assert bootstrap in advertised
+    assert bootstrap.split(":")[0] == "kafka"  # the service name: reachable from the other container
+    env = histlog.get("environment", {})
+    if "HISTLOG_KAFKA" in env:
+        assert env["HISTLOG_KAFKA"] == bootstrap
+
+
+def test_host_port_is_published_for_the_host_listener(kafka: dict[str, Any], kenv: dict[str, str]) -> None:
+    advertised = listeners(kenv["KAFKA_ADVERTISED_LISTENERS"])
+    localhost = [port for host, port in advertised.values() if host in ("localhost", "127.0.0.1")]
+    assert localhost, "a listener for clients on the host"
+    published = {str(p).split(":")[0]: str(p).split(":")[-1] for p in kafka["ports"]}
+    for port in localhost:
+        assert published.get(str(port)) == str(port)
+
+
+def test_internal_topics_fit_one_node(kenv: dict[str, str]) -> None:
+    for key in ("KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR", "KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR",
+                "KAFKA_TRANSACTION_STATE_LOG_MIN_ISR"):
+        assert kenv[key] == "1", key
+
+
+def test_cluster_id_is_16_bytes_of_url_safe_base64(kenv: dict[str, str]) -> None:
+    cid = kenv["CLUSTER_ID"]
+    assert not cid.startswith("-")
+    assert len(base64.urlsafe_b64decode(cid + "==")) == 16
+
+
+def test_history_lives_in_a_named_volume(compose: dict[str, Any], kafka: dict[str, Any],
+                                         kenv: dict[str, str]) -> None:
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in kafka["volumes"]}
+    assert kenv["KAFKA_LOG_DIRS"] in mounts
+    assert mounts[kenv["KAFKA_LOG_DIRS"]] in compose["volumes"]
+
+
+def test_kafka_has_a_healthcheck_on_its_broker_listener(kafka: dict[str, Any]) -> None:
+    check = kafka["healthcheck"]
+    test = " ".join(check["test"]) if isinstance(check["test"], list) else check["test"]
+    assert "kafka-broker-api-versions.sh" in test or "kafka-topics.sh" in test
+    assert "--bootstrap-server" in test
+    assert int(check["retries"]) >= 3
+
+
+def test_histlog_service(histlog: dict[str, Any]) -> None:
+    assert histlog["image"] == "python:3.11-slim"
+    assert any(str(v).split(":")[0] == "." for v in histlog["volumes"]), "mounts the repo"
+    command = histlog["command"] if isinstance(histlog["command"], str) else " ".join(histlog["command"])
+    assert "pip install -e ." in command and "histlog" in command and "demo" in command
+    assert "--topic" in command and "--state" in command
+
+
+def test_histlog_waits_for_a_healthy_kafka(histlog: dict[str, Any]) -> None:
+    assert histlog["depends_on"]["kafka"]["condition"] == "service_healthy"
