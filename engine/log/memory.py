@@ -48,8 +48,8 @@ class ConditionCursor(LogCursor):
     ``max_records``, spread over partitions in turn so a busy partition cannot starve the
     others), else waits until an append makes some visible, ``wakeup()`` is called, the log
     closes, or ``timeout`` passes; then it returns ``[]``. A ``wakeup()`` that arrives when
-    no poll is waiting ends the next wait at once. ``poll`` after ``close()`` raises
-    ``LogUnavailable``.
+    no poll is waiting ends the next wait at once. ``poll`` after ``close()`` of the cursor,
+    and a poll when (or while) the log closes, raises ``LogUnavailable``.
     """
 
     def __init__(self, source: CursorSource, start: Mapping[int, int]) -> None:

@@ -55,8 +55,11 @@ class Damage:
 _HEADER = fmt.FRAME_HEADER
 
 
-def _check_frame(data: bytes, pos: int) -> tuple[Frame | None, str, int]:
-    """Try the frame at ``pos``: ``(frame, "", end)`` or ``(None, reason, end_if_intact_else_-1)``."""
+def _check_frame(data: bytes, pos: int, base_position: int = 0) -> tuple[Frame | None, str, int]:
+    """Try the frame at ``pos``: ``(frame, "", end)`` or ``(None, reason, end_if_intact_else_-1)``.
+
+    ``end`` is an index into ``data``; the frame's ``position``/``end`` add ``base_position``.
+    """
     n = len(data)
     if n - pos < fmt.FRAME_HEADER_SIZE:
         return None, f"header cut: {n - pos} of {fmt.FRAME_HEADER_SIZE} header bytes", -1
@@ -78,7 +81,7 @@ def _check_frame(data: bytes, pos: int) -> tuple[Frame | None, str, int]:
         body = fmt.decode_body(data, start, end)
     except ValueError as exc:
         return None, f"malformed body: {exc}", end
-    return Frame(pos, end, *body), "", end
+    return Frame(pos + base_position, end + base_position, *body), "", end
 
 
 def _resync(data: bytes, start: int, damage_at: int, expected_offset: int) -> int:
@@ -118,11 +121,8 @@ def scan(data: bytes, *, expected_offset: int, base_position: int = 0) -> Iterat
     pos = 0
     n = len(data)
     while pos < n:
-        frame, reason, end = _check_frame(data, pos)
+        frame, reason, end = _check_frame(data, pos, base_position)
         if frame is not None:
-            if base_position:
-                frame = frame._replace(position=frame.position + base_position,
-                                       end=frame.end + base_position)
             yield frame
             expected_offset = frame.offset + 1
             pos = end

@@ -314,8 +314,8 @@ def test_every_returned_append_survives_kill_9(tmp_path: Path) -> None:
     for line in lines:
         if not line.endswith(b"\n"):
             continue
-        p, o, t, i = line.split()
-        printed[LogPosition(int(p), int(o))] = f"value-{int(t)}-{int(i)}".encode() * 7
+        part, off, t, i = line.split()
+        printed[LogPosition(int(part), int(off))] = f"value-{int(t)}-{int(i)}".encode() * 7
     assert len(printed) >= 300
     with FileLog(tmp_path, 2) as log:
         stored = {r.position: r.value for p in range(2) for r in log.read(p, 0, 1_000_000)}
