@@ -226,7 +226,7 @@ class RawJSON(str):
 
     def value(self) -> Any:
         """The JSON value as Python objects (lossy for number spellings)."""
-        return orjson.loads(str.__str__(self))
+        return json.loads(str.__str__(self))
 
     def __repr__(self) -> str:
         return f"RawJSON({str.__repr__(self)})"

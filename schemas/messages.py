@@ -269,6 +269,10 @@ class _Model(BaseModel):
         self._check()
         object.__setattr__(self, "_canon", self._compute())
 
+    def fragment(self) -> orjson.Fragment:
+        """The canonical bytes as an ``orjson.Fragment`` (to embed them in a larger document)."""
+        return _Fragment(self.canonical_json())
+
     # ----- identity: by type and canonical bytes
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
@@ -435,10 +439,6 @@ class _Part(_Model):
         if self.metadata:
             tree["metadata"] = _meta_fragments(self.metadata)
         return tree
-
-    def fragment(self) -> orjson.Fragment:
-        """The canonical bytes as an ``orjson.Fragment`` (to embed them in a larger document)."""
-        return _Fragment(self.canonical_json())
 
 
 class TextPart(_Part):
