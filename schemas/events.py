@@ -241,7 +241,7 @@ def register_writer_schema(schema: Mapping[str, Any]) -> bytes:
 
 
 def _check_str(value: object, field: str) -> None:
-    if type(value) is not str:
+    if not isinstance(value, str):
         raise TypeError(f"{field} must be str, not {type(value).__name__}")
 
 

@@ -1,0 +1,336 @@
+"""``HistoryEngine``: the public facade over a log and the projector (DESIGN.md §1, §4).
+
+Write path of ``append``: validate (before any I/O) → fast path from local state (a known
+receipt or a closure answers without touching the log) → append the event to the log → wait
+until this instance's projector has applied *that* position → answer from the decision for
+that position (a racing writer elsewhere may have won: then it is a conflict).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.log.base import Log, record_key
+from projections.admission import Decision, Outcome
+from projections.keys import meta_key
+from projections.reads import Reads
+from projections.runtime import Projector, checkpoints
+from projections.store import StateStore
+from schemas.batch import Batch, Receipt, StoredMessage
+from schemas.errors import (
+    AppendConflict,
+    CommitUnconfirmed,
+    ConversationClosed,
+    CorruptLog,
+    HistoryError,
+    InvalidBatch,
+    InvalidWindow,
+    LogUnavailable,
+)
+from schemas.events import BatchAppended, ConversationCleared, encode_event
+from schemas.ids import ConversationID
+from schemas.messages import Message
+from schemas.positions import HistoryPosition, LogPosition
+
+__all__ = ["EngineStats", "HistoryEngine", "Progress"]
+
+log = logging.getLogger("histlog.engine")
+
+Progress = Callable[[int, int], None]
+"""Called with ``(applied, total)`` records while the state catches up with the log."""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineStats:
+    """Offsets per partition and admission outcome counts since the state was built.
+
+    ``corrupt`` counts poison records skipped (undecodable, unknown schema, digest mismatch...).
+    """
+
+    end_offsets: list[int]
+    applied_offsets: list[int]
+    lag: list[int]
+    accepted: int
+    duplicates: int
+    conflicts: int
+    rejected_closed: int
+    corrupt: int
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class HistoryEngine:
+    """One history store: a log (file or Kafka) and this instance's RocksDB projections.
+
+    Thread-safe: many threads may append and read at once. Use ``HistoryEngine.open``.
+    """
+
+    def __init__(self, log_: Log, state_dir: Path, identity: dict[str, Any], *,
+                 progress: Progress | None = None) -> None:
+        self._log = log_
+        self._closed = False
+        self._close_lock = threading.Lock()
+        try:
+            self._store = self._open_state(state_dir, identity)
+            self._projector = Projector(self._store, log_.partitions)
+            self._reads = Reads(self._store)
+            self._projector.start(log_.cursor)
+            self.catch_up(progress=progress)
+        except BaseException:
+            log_.close()
+            raise
+
+    # -- opening -------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path | None = None, *, partitions: int = 1, fsync: str = "always",
+             kafka: str | None = None, topic: str = "histlog.events", state_dir: str | Path | None = None,
+             replication_factor: int = 1, progress: Progress | None = None) -> HistoryEngine:
+        """Open the embedded default (``open(path)``: FileLog under ``path/log``, state under
+        ``path/state``) or Kafka (``open(kafka="host:port", topic=..., state_dir=...)``).
+
+        Returns once the state has caught up with the log's end at open time (a first open of
+        a long log replays it; ``progress`` reports how far).
+        """
+        if kafka is not None:
+            if state_dir is None:
+                raise HistoryError("HistoryEngine.open(kafka=...) needs state_dir=DIR for this instance's RocksDB state")
+            from engine.log.kafka import KafkaLog
+
+            klog = KafkaLog(kafka, topic, partitions=partitions, replication_factor=replication_factor)
+            identity = {"backend": "kafka", "topic": topic, "partitions": klog.partitions}
+            return cls(klog, Path(state_dir), identity, progress=progress)
+        if path is None:
+            raise HistoryError("HistoryEngine.open needs a data directory (open('./data')) or kafka='host:port'")
+        from engine.log.file import FileLog
+
+        root = Path(path)
+        flog = FileLog(root / "log", partitions, fsync=fsync)
+        identity = {"backend": "file", "partitions": flog.partitions}
+        return cls(flog, root / "state", identity, progress=progress)
+
+    def _open_state(self, state_dir: Path, identity: dict[str, Any]) -> StateStore:
+        store = StateStore(state_dir)
+        key = meta_key("identity")
+        raw = store.get(key)
+        if raw is None:
+            store.db.put(key, json.dumps(identity, sort_keys=True).encode())
+        elif json.loads(raw) != identity:
+            store.close()
+            raise HistoryError(
+                f"the state in {state_dir} was built from another log ({raw.decode()}, now {identity}); "
+                "use another state directory, or delete this one to rebuild it from the log")
+        ends = self._log.end_offsets()
+        applied = checkpoints(store, len(ends))
+        if any(a > e for a, e in zip(applied, ends, strict=True)):
+            # The state has applied records the log no longer has (a log tail lost to a power
+            # failure under fsync="interval"/"never"). State is derived: rebuild it.
+            log.warning("state in %s is ahead of the log (%s > %s): rebuilding it from the log",
+                        state_dir, applied, ends)
+            store.close()
+            StateStore.destroy(state_dir)
+            return self._open_state(state_dir, identity)
+        return store
+
+    def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None) -> bool:
+        """Wait until the state has applied everything the log held when this was called."""
+        targets = self._log.end_offsets()
+        if progress is None:
+            return self._projector.wait_offsets(targets, timeout)
+        start = sum(self._projector.applied_offsets())
+        total = max(sum(targets) - start, 0)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            done = self._projector.wait_offsets(targets, 0.2)  # wake-ups to report progress
+            applied = min(sum(self._projector.applied_offsets()) - start, total)
+            progress(applied, total)
+            if done:
+                return True
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+
+    # -- writes --------------------------------------------------------------------------------
+    def append(self, batch: Batch, timeout: float = 30.0) -> Receipt:
+        """Append a batch atomically and idempotently; see API.md for every outcome."""
+        if not isinstance(batch, Batch):
+            raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
+        self._check_open()
+        deadline = time.monotonic() + timeout
+        c, a = batch.conversation_id, batch.append_id
+        fast = self._fast_path(batch)
+        if fast is not None:
+            return fast
+        event = BatchAppended(c, a, batch.digest, batch.canonical_json(), len(batch),
+                              batch.content_bytes(), _now_ms())
+        position = self._log.append(record_key(c, a), encode_event(event), timeout=timeout)
+        decision = self._wait_decision(position, deadline)
+        if decision is None:
+            raise CommitUnconfirmed(
+                f"append {a!r} to {c!r} was written at {position} but not decided within {timeout}s; "
+                "resend the same Batch (it is safe: a retry returns the original receipt)")
+        return self._answer(batch, decision, position)
+
+    def _fast_path(self, batch: Batch) -> Receipt | None:
+        c, a = batch.conversation_id, batch.append_id
+        row = self._reads.conversation(c)
+        if row is None:
+            return None
+        if row.closed:
+            raise _closed(c)
+        prior = self._reads.receipt(c, a)
+        if prior is None:
+            return None
+        if prior.digest != batch.digest:
+            raise _conflict(batch, prior.digest)
+        return Receipt(c, a, prior.digest, LogPosition(prior.partition, prior.offset))
+
+    def _wait_decision(self, position: LogPosition, deadline: float) -> Decision | None:
+        if not self._projector.wait_applied(position, max(deadline - time.monotonic(), 0.0)):
+            return None
+        decision = self._projector.decision(position)
+        if decision is not None:
+            return decision
+        return Decision(Outcome.CORRUPT, reason="decision no longer remembered")
+
+    def _answer(self, batch: Batch, decision: Decision, position: LogPosition) -> Receipt:
+        outcome = decision.outcome
+        if outcome in (Outcome.ACCEPTED, Outcome.DUPLICATE) and decision.receipt is not None:
+            return decision.receipt
+        if outcome is Outcome.CONFLICT:
+            raise _conflict(batch, decision.existing_digest)
+        if outcome is Outcome.REJECTED_CLOSED:
+            raise _closed(batch.conversation_id)
+        # Our own event was judged poison, or its decision was forgotten: derive it from state.
+        retry = self._fast_path(batch)
+        if retry is not None:
+            return retry
+        raise CorruptLog(
+            f"the event written at {position} was not accepted ({decision.reason}); "
+            "run `histlog stats` and `histlog log verify`, then resend the same Batch",
+            reason=decision.reason, position=position)
+
+    def clear(self, conversation_id: str, timeout: float = 30.0) -> None:
+        """Close the conversation forever (also one never written). Idempotent."""
+        c = ConversationID(conversation_id)
+        self._check_open()
+        row = self._reads.conversation(c)
+        if row is not None and row.closed:
+            return
+        deadline = time.monotonic() + timeout
+        event = ConversationCleared(c, _now_ms())
+        position = self._log.append(record_key(c), encode_event(event), timeout=timeout)
+        if self._wait_decision(position, deadline) is None:
+            raise CommitUnconfirmed(
+                f"clear of {c!r} was written at {position} but not applied within {timeout}s; call clear again")
+
+    # -- reads ---------------------------------------------------------------------------------
+    def read(self, conversation_id: str, at_least: Receipt | None = None, timeout: float = 30.0) -> list[Message]:
+        """Detached messages in stored order; ``[]`` for unknown or closed conversations.
+
+        ``at_least=receipt`` first waits until this instance has applied that receipt.
+        """
+        c = ConversationID(conversation_id)
+        self._check_open()
+        if at_least is not None:
+            self._wait_for(at_least, timeout)
+        return self._reads.messages(c)
+
+    def _wait_for(self, receipt: Receipt, timeout: float) -> None:
+        if not isinstance(receipt, Receipt):
+            raise TypeError(f"at_least must be a Receipt, got {type(receipt).__name__}")
+        if not self._projector.wait_applied(receipt.position, timeout):
+            raise LogUnavailable(
+                f"this instance has not applied {receipt.position} within {timeout}s; "
+                "check `histlog stats` (lag) and that the log is reachable, then retry")
+
+    def conversations(self) -> list[ConversationID]:
+        """Open conversations, unique, in lexical order."""
+        self._check_open()
+        return self._reads.conversations()
+
+    def entries(self, conversation_id: str, after: HistoryPosition | None = None,
+                before: HistoryPosition | None = None, limit: int | None = None,
+                include_hidden: bool = False) -> list[StoredMessage]:
+        """Stored messages with ``after < position < before`` (both exclusive), at most ``limit``."""
+        c = ConversationID(conversation_id)
+        for name, cursor in (("after", after), ("before", before)):
+            if cursor is not None and not isinstance(cursor, HistoryPosition):
+                raise TypeError(f"{name} must be a HistoryPosition, got {type(cursor).__name__}")
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise InvalidWindow(f"invalid limit {limit!r}: expected a non-negative int or None")
+        self._check_open()
+        return self._reads.entries(c, after, before, limit)
+
+    def window(self, conversation_id: str, limit: int) -> list[Message]:
+        """The same result as ``WindowReader(engine, limit).read(...)``, in O(limit)."""
+        c = ConversationID(conversation_id)
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise InvalidWindow(f"invalid window: limit must be an int, got {type(limit).__name__}")
+        if limit <= 0:
+            raise InvalidWindow(f"invalid window: limit must be positive, got {limit}")
+        self._check_open()
+        return self._reads.window(c, limit)
+
+    def stats(self) -> EngineStats:
+        ends = self._log.end_offsets()
+        applied = self._projector.applied_offsets()
+        s = self._projector.stats()
+        return EngineStats(ends, applied, [max(e - a, 0) for e, a in zip(ends, applied, strict=True)],
+                           s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt)
+
+    def poison(self) -> list[tuple[LogPosition, str]]:
+        """Quarantined poison records: their position and why they were skipped."""
+        return self._reads.poison()
+
+    @property
+    def log(self) -> Log:
+        """The underlying log (for tools: tail, verify, benchmarks)."""
+        return self._log
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise HistoryError("this HistoryEngine is closed; open a new one")
+
+    def close(self) -> None:
+        """Stop the projector and release the log and the state. Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            self._projector.stop()
+        finally:
+            try:
+                self._log.close()
+            finally:
+                self._store.close()
+
+    def __enter__(self) -> HistoryEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _closed(c: str) -> ConversationClosed:
+    return ConversationClosed(
+        f"conversation {c!r} is closed forever (it was cleared); start a new conversation id",
+        conversation_id=c)
+
+
+def _conflict(batch: Batch, existing: str) -> AppendConflict:
+    return AppendConflict(
+        f"append id {batch.append_id!r} of conversation {batch.conversation_id!r} already names "
+        f"different content ({existing}, this batch is {batch.digest}); to retry, resend the original "
+        "batch; for new content use a new append id",
+        conversation_id=batch.conversation_id, append_id=batch.append_id,
+        existing_digest=existing, digest=batch.digest)

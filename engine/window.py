@@ -1,0 +1,47 @@
+"""``WindowReader``: a read projection over any reader (API.md)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from projections.window import select_window
+from schemas.errors import InvalidWindow
+from schemas.ids import ConversationID
+from schemas.messages import Message
+
+__all__ = ["Reader", "WindowReader"]
+
+
+class Reader(Protocol):
+    """Anything that reads a conversation's messages in stored order."""
+
+    def read(self, conversation_id: str) -> list[Message]: ...
+
+
+class WindowReader:
+    """Reads at most ``limit`` messages: all system messages merged into one leading system
+    message (it counts toward the limit), then the longest suffix of whole user-led turns that
+    fits. A turn starts at each user message (or at the first non-system message); the walk
+    stops at the first turn that does not fit. If the newest turn (plus the merged system
+    message) does not fit, ``read`` raises ``WindowTooSmall`` rather than split it.
+
+    It has no write or clear authority: it only calls ``reader.read``.
+    """
+
+    __slots__ = ("_limit", "_reader")
+
+    def __init__(self, reader: Reader, limit: int) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise InvalidWindow(f"invalid window: limit must be an int, got {type(limit).__name__}")
+        if limit <= 0:
+            raise InvalidWindow(f"invalid window: limit must be positive, got {limit}")
+        self._reader = reader
+        self._limit = limit
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    def read(self, conversation_id: str) -> list[Message]:
+        cid = ConversationID(conversation_id)
+        return select_window(self._reader.read(cid), self._limit)

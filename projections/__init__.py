@@ -1,0 +1,12 @@
+"""Projections: the projector runtime, admission (dedup + closure), and the read projections.
+
+Everything here is a deterministic function of the log prefix consumed: deleting the state and
+replaying the log rebuilds exactly the same state.
+"""
+
+from projections.admission import Decision, Outcome
+from projections.events import BatchEvent, ClearEvent, ProjectedEvent
+from projections.runtime import Projector
+from projections.store import StateStore
+
+__all__ = ["BatchEvent", "ClearEvent", "Decision", "Outcome", "ProjectedEvent", "Projector", "StateStore"]

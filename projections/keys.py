@@ -1,0 +1,201 @@
+"""The one place that knows the RocksDB key and value layout of histlog's state.
+
+All integers are fixed-width big-endian so byte order is numeric order. IDs cannot contain
+control characters, so ``0x1F`` after a conversation id ends it unambiguously and
+``conv + 0x20`` is the exclusive upper bound of everything keyed under ``conv + 0x1F``.
+
+=====================  ==============================================  =========================================
+key                    meaning                                         value
+=====================  ==============================================  =========================================
+``C`` conv             conversation summary                            ``ConversationRow``
+``R`` conv 1F append   receipt evidence of an accepted append          ``ReceiptRow``
+``M`` conv 1F seq      a stored message                                ``MessageRow`` header + canonical JSON
+``S`` conv 1F seq      index of system messages (window merging)       empty
+``T`` conv 1F turn     first seq of each turn (cursor seeks)           seq
+``P`` name 00 part     checkpoint: next offset to apply                offset
+``Q`` part offset      a quarantined poison record                     reason (UTF-8)
+``X``                  admission outcome counters                      5 x u64
+``m`` name             metadata (backend identity)                     JSON
+=====================  ==============================================  =========================================
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+__all__ = [
+    "ROLE_CODES",
+    "ROLE_NAMES",
+    "ConversationRow",
+    "MessageRow",
+    "ReceiptRow",
+    "Stats",
+    "checkpoint_key",
+    "conv_key",
+    "conv_range",
+    "message_key",
+    "meta_key",
+    "poison_key",
+    "receipt_key",
+    "system_key",
+    "turn_key",
+]
+
+SEP = b"\x1f"
+END = b"\x20"
+STATS_KEY = b"X"
+
+ROLE_CODES = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
+ROLE_NAMES = ("system", "user", "assistant", "tool")
+
+_U64 = struct.Struct(">Q")
+_U32 = struct.Struct(">I")
+
+
+def u64(n: int) -> bytes:
+    return _U64.pack(n)
+
+
+def read_u64(b: bytes, at: int = 0) -> int:
+    return int(_U64.unpack_from(b, at)[0])
+
+
+def conv_key(conv: bytes) -> bytes:
+    return b"C" + conv
+
+
+def receipt_key(conv: bytes, append_id: bytes) -> bytes:
+    return b"R" + conv + SEP + append_id
+
+
+def message_key(conv: bytes, seq: int) -> bytes:
+    return b"M" + conv + SEP + _U64.pack(seq)
+
+
+def system_key(conv: bytes, seq: int) -> bytes:
+    return b"S" + conv + SEP + _U64.pack(seq)
+
+
+def turn_key(conv: bytes, turn: int) -> bytes:
+    return b"T" + conv + SEP + _U64.pack(turn)
+
+
+def conv_range(prefix: bytes, conv: bytes) -> tuple[bytes, bytes]:
+    """``[lower, upper)`` covering every ``prefix conv 1F ...`` key."""
+    return prefix + conv + SEP, prefix + conv + END
+
+
+def checkpoint_key(name: str, partition: int) -> bytes:
+    return b"P" + name.encode("utf-8") + b"\x00" + _U32.pack(partition)
+
+
+def poison_key(partition: int, offset: int) -> bytes:
+    return b"Q" + _U32.pack(partition) + _U64.pack(offset)
+
+
+def meta_key(name: str) -> bytes:
+    return b"m" + name.encode("utf-8")
+
+
+_CONV = struct.Struct(">BQQQQQ")
+
+
+@dataclass(slots=True)
+class ConversationRow:
+    """Per-conversation summary. ``closed`` is permanent; a closed row keeps no counts."""
+
+    closed: bool = False
+    next_seq: int = 1
+    turn: int = 0  # the current turn position (advances at every user message)
+    turns: int = 0  # number of user-led turn groups (plus a leading non-user group)
+    messages: int = 0
+    content_bytes: int = 0
+
+    def encode(self) -> bytes:
+        return _CONV.pack(1 if self.closed else 0, self.next_seq, self.turn, self.turns,
+                          self.messages, self.content_bytes)
+
+    @classmethod
+    def decode(cls, b: bytes) -> ConversationRow:
+        closed, next_seq, turn, turns, messages, content = _CONV.unpack(b)
+        return cls(bool(closed), next_seq, turn, turns, messages, content)
+
+
+_RECEIPT = struct.Struct(">IQQI")
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiptRow:
+    """Evidence of an accepted append: its digest, log position and message seq range."""
+
+    digest: str
+    partition: int
+    offset: int
+    first_seq: int
+    count: int
+
+    def encode(self) -> bytes:
+        return _RECEIPT.pack(self.partition, self.offset, self.first_seq, self.count) + self.digest.encode()
+
+    @classmethod
+    def decode(cls, b: bytes) -> ReceiptRow:
+        partition, offset, first_seq, count = _RECEIPT.unpack_from(b)
+        return cls(b[_RECEIPT.size:].decode(), partition, offset, first_seq, count)
+
+
+_MSG = struct.Struct(">QQIBBIH")
+FLAG_INTERRUPTED = 1
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    """A stored message: where it sits, where it came from, and its canonical JSON."""
+
+    turn: int
+    created_at_ms: int
+    index: int  # index in its batch
+    role: int
+    flags: int
+    content_bytes: int
+    append_id: str
+    canonical: bytes
+
+    def encode(self) -> bytes:
+        aid = self.append_id.encode("utf-8")
+        return _MSG.pack(self.turn, self.created_at_ms, self.index, self.role, self.flags,
+                         self.content_bytes, len(aid)) + aid + self.canonical
+
+    @classmethod
+    def decode(cls, b: bytes) -> MessageRow:
+        turn, created, index, role, flags, content, alen = _MSG.unpack_from(b)
+        start = _MSG.size
+        return cls(turn, created, index, role, flags, content,
+                   b[start:start + alen].decode("utf-8"), b[start + alen:])
+
+    @staticmethod
+    def decode_head(b: bytes) -> tuple[int, int, int]:
+        """``(turn, role, content_bytes)`` without copying the payload."""
+        turn, _, _, role, _, content, _ = _MSG.unpack_from(b)
+        return turn, role, content
+
+
+_STATS = struct.Struct(">QQQQQ")
+
+
+@dataclass(slots=True)
+class Stats:
+    """Admission outcome counters since the state was built."""
+
+    accepted: int = 0
+    duplicates: int = 0
+    conflicts: int = 0
+    rejected_closed: int = 0
+    corrupt: int = 0
+
+    def encode(self) -> bytes:
+        return _STATS.pack(self.accepted, self.duplicates, self.conflicts, self.rejected_closed, self.corrupt)
+
+    @classmethod
+    def decode(cls, b: bytes | None) -> Stats:
+        return cls(*_STATS.unpack(b)) if b else cls()

@@ -1,0 +1,151 @@
+"""Queries over the built-in projections. Each query runs on one ``Snapshot`` (a point-in-time
+RocksDB iterator), so it never mixes two projector steps. Window queries touch O(window) rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+
+from projections import keys
+from projections.store import Snapshot, StateStore
+from projections.window import fit_turns, merge_system
+from schemas.batch import StoredMessage
+from schemas.ids import AppendID, ConversationID
+from schemas.messages import Message
+from schemas.positions import HistoryPosition, LogPosition
+
+__all__ = ["Reads"]
+
+_SYSTEM = keys.ROLE_CODES["system"]
+
+
+def message_id(append_id: str, index: int) -> str:
+    """Stable id of a stored message: unique within its conversation (append ids are)."""
+    return f"{append_id}/{index}"
+
+
+def _stored(row: keys.MessageRow, seq: int) -> StoredMessage:
+    return StoredMessage(
+        message_id(row.append_id, row.index),
+        Message.model_validate_json(row.canonical),
+        HistoryPosition(row.turn, seq),
+        AppendID(row.append_id),
+        datetime.fromtimestamp(row.created_at_ms / 1000, UTC),
+    )
+
+
+def _seq_of(key: bytes) -> int:
+    return keys.read_u64(key, len(key) - 8)
+
+
+class Reads:
+    """Read side of the built-in projections."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    def conversation(self, conv: str) -> keys.ConversationRow | None:
+        raw = self.store.get(keys.conv_key(conv.encode("utf-8")))
+        return keys.ConversationRow.decode(raw) if raw is not None else None
+
+    def receipt(self, conv: str, append_id: str) -> keys.ReceiptRow | None:
+        raw = self.store.get(keys.receipt_key(conv.encode("utf-8"), append_id.encode("utf-8")))
+        return keys.ReceiptRow.decode(raw) if raw is not None else None
+
+    def poison(self) -> list[tuple[LogPosition, str]]:
+        """Quarantined poison records in position order."""
+        out = []
+        for k, v in self.store.iterator().scan(b"Q", b"R"):
+            out.append((LogPosition(int.from_bytes(k[1:5], "big"), keys.read_u64(k, 5)), v.decode("utf-8")))
+        return out
+
+    def conversations(self) -> list[ConversationID]:
+        snap = self.store.iterator()
+        out = []
+        for k, v in snap.scan(b"C", b"D"):
+            if not keys.ConversationRow.decode(v).closed:
+                out.append(ConversationID(k[1:].decode("utf-8")))
+        return out
+
+    def _rows(self, snap: Snapshot, conv: bytes, first_seq: int = 1) -> Iterator[tuple[int, keys.MessageRow]]:
+        lower, upper = keys.conv_range(b"M", conv)
+        for k, v in snap.scan(keys.message_key(conv, first_seq) if first_seq > 1 else lower, upper):
+            yield _seq_of(k), keys.MessageRow.decode(v)
+
+    def messages(self, conv: str) -> list[Message]:
+        snap = self.store.iterator()
+        return [Message.model_validate_json(row.canonical) for _, row in self._rows(snap, conv.encode("utf-8"))]
+
+    def entries(self, conv: str, after: HistoryPosition | None, before: HistoryPosition | None,
+                limit: int | None) -> list[StoredMessage]:
+        """Messages with ``after < position < before`` in stored order, at most ``limit``."""
+        snap = self.store.iterator()
+        c = conv.encode("utf-8")
+        start = 1
+        if after is not None and after > HistoryPosition.START:
+            start = self._first_seq_after(snap, c, after)
+        out: list[StoredMessage] = []
+        for seq, row in self._rows(snap, c, start):
+            position = HistoryPosition(row.turn, seq)
+            if after is not None and position <= after:
+                continue
+            if before is not None and position >= before:
+                break
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(_stored(row, seq))
+        return out
+
+    def _first_turn_seq(self, snap: Snapshot, conv: bytes, turn: int) -> int | None:
+        """The first seq of the first turn whose position is ``>= turn``."""
+        lower, upper = keys.conv_range(b"T", conv)
+        for _, v in snap.scan(keys.turn_key(conv, turn), upper):
+            return keys.read_u64(v)
+        return None
+
+    def _first_seq_after(self, snap: Snapshot, conv: bytes, after: HistoryPosition) -> int:
+        """A seq from which every message is ``> after`` and before which none is (turns grow with seq)."""
+        big = 1 << 62
+        later_turn = self._first_turn_seq(snap, conv, after.turn + 1)
+        same_turn = self._first_turn_seq(snap, conv, after.turn)
+        same = max(after.seq + 1, same_turn) if same_turn is not None else big
+        return min(later_turn if later_turn is not None else big, same)
+
+    def window(self, conv: str, limit: int) -> list[Message]:
+        """``WindowReader`` semantics in O(limit): the merged system message plus the longest
+        suffix of whole turns that fits. Raises ``WindowTooSmall`` as WindowReader does."""
+        snap = self.store.iterator()
+        c = conv.encode("utf-8")
+        raw = snap.get(keys.conv_key(c))
+        if raw is None or keys.ConversationRow.decode(raw).closed:
+            return []
+        system_seqs = [_seq_of(k) for k, _ in snap.scan(*keys.conv_range(b"S", c))]
+        system: list[Message] = []
+        for seq in system_seqs:
+            row_bytes = snap.get(keys.message_key(c, seq))
+            assert row_bytes is not None  # Invariant: S rows index existing M rows (same WriteBatch).
+            system.append(Message.model_validate_json(keys.MessageRow.decode(row_bytes).canonical))
+        budget = limit - (1 if system else 0)
+        # Walk back through non-system rows, one turn group at a time, reading at most budget+2
+        # rows: past the budget nothing more can fit. A group cut short by that bound is already
+        # larger than what is left, so fit_turns never takes it.
+        turns: list[list[bytes]] = []
+        current_turn, total = -1, 0
+        for _, value in snap.scan_reverse(*keys.conv_range(b"M", c)):
+            turn, role, _ = keys.MessageRow.decode_head(value)
+            if role == _SYSTEM:
+                continue
+            if turn != current_turn:
+                if total > budget:
+                    break
+                turns.append([])
+                current_turn = turn
+            turns[-1].append(value)
+            total += 1
+            if total > budget + 1:
+                break
+        parsed = [[Message.model_validate_json(keys.MessageRow.decode(v).canonical) for v in reversed(t)]
+                  for t in turns]
+        suffix = fit_turns(parsed, budget)
+        return ([merge_system(system)] if system else []) + suffix

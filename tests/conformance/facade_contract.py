@@ -1,0 +1,311 @@
+"""The facade conformance suite: every rule of API.md's ``HistoryEngine`` and of the reference
+design, stated once and run by every backend (subclass ``FacadeContract`` and provide the
+``backend`` fixture: an object with ``open() -> HistoryEngine`` on the same log every time, and
+``drop_state()`` that deletes this instance's state so the next ``open`` rebuilds it)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Protocol
+
+import pytest
+
+from engine import HistoryEngine, WindowReader
+from schemas import (
+    AppendConflict,
+    Batch,
+    ConversationClosed,
+    HistoryPosition,
+    InvalidAppendID,
+    InvalidBatch,
+    InvalidConversationID,
+    InvalidWindow,
+    Message,
+    Receipt,
+    ToolCallPart,
+    ToolOutput,
+    ToolResultPart,
+    WindowTooSmall,
+)
+
+
+class Backend(Protocol):
+    def open(self) -> HistoryEngine: ...
+    def drop_state(self) -> None: ...
+
+
+def turn(conv: str, aid: str, text: str, *, tool: bool = False, system: str | None = None) -> Batch:
+    msgs: list[Message] = []
+    if system is not None:
+        msgs.append(Message.system(system))
+    msgs.append(Message.user(text))
+    if tool:
+        msgs.append(Message.assistant(ToolCallPart("call-1", "lookup", '{"q": "' + text + '"}')))
+        msgs.append(Message.tool(ToolResultPart("call-1", "lookup", ToolOutput.text("found"))))
+    msgs.append(Message.assistant(f"answer to {text}"))
+    return Batch(conv, aid, msgs)
+
+
+def snapshot(engine: HistoryEngine) -> dict[str, Any]:
+    """Everything a reader can observe, for state-equality checks."""
+    convs = engine.conversations()
+    return {
+        "conversations": list(convs),
+        "entries": {c: [(e.id, e.position, e.append_id, e.created_at, e.message.canonical_json())
+                        for e in engine.entries(c)] for c in convs},
+    }
+
+
+class FacadeContract:
+    @pytest.fixture
+    def backend(self) -> Backend:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def engine(self, backend: Backend) -> Any:
+        eng = backend.open()
+        yield eng
+        eng.close()
+
+    # -- append --------------------------------------------------------------------------------
+    def test_append_returns_a_receipt_for_that_batch(self, engine: HistoryEngine) -> None:
+        b = turn("c1", "a1", "hello")
+        r = engine.append(b)
+        assert isinstance(r, Receipt)
+        r.validate_for(b)
+        assert r.digest == b.digest and r.conversation_id == "c1" and r.append_id == "a1"
+        assert engine.read("c1") == list(b.messages)
+
+    def test_identical_retry_returns_the_identical_receipt_without_appending(self, engine: HistoryEngine) -> None:
+        b = turn("c1", "a1", "hello")
+        r1 = engine.append(b)
+        ends = engine.stats().end_offsets
+        r2 = engine.append(Batch.from_json(b.to_json()))
+        assert r2 == r1
+        assert engine.stats().end_offsets == ends  # answered from local state
+        assert engine.read("c1") == list(b.messages)
+
+    def test_different_content_under_the_same_append_id_conflicts(self, engine: HistoryEngine) -> None:
+        engine.append(turn("c1", "a1", "hello"))
+        with pytest.raises(AppendConflict):
+            engine.append(turn("c1", "a1", "bye"))
+        assert [m.text() for m in engine.read("c1")] == ["hello", "answer to hello"]
+
+    def test_same_append_id_in_another_conversation_is_independent(self, engine: HistoryEngine) -> None:
+        r1 = engine.append(turn("c1", "a1", "x"))
+        r2 = engine.append(turn("c2", "a1", "y"))
+        assert r1 != r2
+
+    def test_batches_keep_their_order_and_messages_stay_together(self, engine: HistoryEngine) -> None:
+        for i in range(5):
+            engine.append(turn("c1", f"a{i}", f"q{i}", tool=i % 2 == 0))
+        texts = [m.text() for m in engine.read("c1") if m.role == "user"]
+        assert texts == [f"q{i}" for i in range(5)]
+
+    def test_sixteen_threads_racing_one_append_id_one_wins(self, engine: HistoryEngine) -> None:
+        barrier = threading.Barrier(16)
+        results: list[Any] = [None] * 16
+
+        def race(i: int) -> None:
+            b = turn("race", "same-id", f"content {i}")
+            barrier.wait()
+            try:
+                results[i] = engine.append(b)
+            except AppendConflict as e:
+                results[i] = e
+
+        threads = [threading.Thread(target=race, args=(i,)) for i in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        receipts = [r for r in results if isinstance(r, Receipt)]
+        conflicts = [r for r in results if isinstance(r, AppendConflict)]
+        assert len(receipts) == 1 and len(conflicts) == 15
+        winner = results.index(receipts[0])
+        assert [m.text() for m in engine.read("race")] == [f"content {winner}", f"answer to content {winner}"]
+
+    def test_many_threads_appending_different_ids_all_land(self, engine: HistoryEngine) -> None:
+        def work(t: int) -> None:
+            for i in range(10):
+                engine.append(turn(f"conv-{t % 4}", f"t{t}-{i}", f"m{t}-{i}"))
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert sum(len(engine.read(f"conv-{k}")) for k in range(4)) == 8 * 10 * 2
+        assert engine.stats().accepted == 80
+
+    # -- validation before I/O -----------------------------------------------------------------
+    @pytest.mark.parametrize("bad", ["", " padded", "ctl\x07", "x" * 1025])
+    def test_invalid_ids_fail_before_any_io(self, engine: HistoryEngine, bad: str) -> None:
+        ends = engine.stats().end_offsets
+        with pytest.raises(InvalidConversationID):
+            engine.read(bad)
+        with pytest.raises(InvalidConversationID):
+            engine.clear(bad)
+        with pytest.raises(InvalidConversationID):
+            engine.append(Batch(bad, "a", [Message.user("x")]))
+        with pytest.raises(InvalidAppendID):
+            engine.append(Batch("ok", bad, [Message.user("x")]))
+        assert engine.stats().end_offsets == ends
+
+    def test_append_rejects_what_is_not_a_batch(self, engine: HistoryEngine) -> None:
+        ends = engine.stats().end_offsets
+        with pytest.raises(InvalidBatch):
+            engine.append([Message.user("x")])  # type: ignore[arg-type]
+        assert engine.stats().end_offsets == ends
+
+    # -- clear / closure -----------------------------------------------------------------------
+    def test_clear_closes_forever_and_hides_the_conversation(self, engine: HistoryEngine) -> None:
+        b = turn("c1", "a1", "hello")
+        engine.append(b)
+        engine.append(turn("c2", "a1", "other"))
+        engine.clear("c1")
+        assert engine.read("c1") == []
+        assert engine.conversations() == ["c2"]
+        with pytest.raises(ConversationClosed):
+            engine.append(turn("c1", "a2", "again"))
+        with pytest.raises(ConversationClosed):
+            engine.append(b)  # a retry of an accepted batch too
+        engine.clear("c1")  # idempotent
+
+    def test_a_never_written_conversation_can_be_closed(self, engine: HistoryEngine) -> None:
+        engine.clear("never")
+        with pytest.raises(ConversationClosed):
+            engine.append(turn("never", "a1", "x"))
+        assert engine.conversations() == []
+
+    def test_closure_and_receipts_survive_reopen_and_rebuild(self, backend: Backend) -> None:
+        with backend.open() as eng:
+            r = eng.append(turn("keep", "a1", "x"))
+            b = turn("gone", "a1", "y")
+            eng.append(b)
+            eng.clear("gone")
+            before = snapshot(eng)
+        with backend.open() as eng:
+            assert snapshot(eng) == before
+            with pytest.raises(ConversationClosed):
+                eng.append(b)
+            assert eng.append(turn("keep", "a1", "x")) == r
+        backend.drop_state()
+        with backend.open() as eng:
+            assert snapshot(eng) == before
+            with pytest.raises(ConversationClosed):
+                eng.append(b)
+            assert eng.append(turn("keep", "a1", "x")) == r
+            with pytest.raises(AppendConflict):
+                eng.append(turn("keep", "a1", "changed"))
+
+    # -- reads ---------------------------------------------------------------------------------
+    def test_unknown_conversation_reads_empty(self, engine: HistoryEngine) -> None:
+        assert engine.read("nobody") == []
+        assert engine.entries("nobody") == []
+        assert engine.window("nobody", 5) == []
+
+    def test_listing_is_unique_lexical_and_empty_when_empty(self, engine: HistoryEngine) -> None:
+        assert engine.conversations() == []
+        for c in ["b", "a", "é", "B", "a"]:
+            engine.append(turn(c, f"id-{len(engine.read(c))}", "x"))
+        assert engine.conversations() == sorted({"b", "a", "é", "B"})
+
+    def test_results_are_detached(self, engine: HistoryEngine) -> None:
+        engine.append(turn("c1", "a1", "x"))
+        first = engine.read("c1")
+        first.clear()
+        assert len(engine.read("c1")) == 2
+        listing = engine.conversations()
+        listing.append("zzz")  # type: ignore[arg-type]
+        assert engine.conversations() == ["c1"]
+
+    def test_entries_have_positions_ids_and_cursors(self, engine: HistoryEngine) -> None:
+        engine.append(Batch("c", "s", [Message.system("be brief")]))
+        engine.append(turn("c", "a1", "one", tool=True))
+        engine.append(turn("c", "a2", "two"))
+        es = engine.entries("c")
+        assert [e.position for e in es] == sorted(e.position for e in es)
+        assert [e.position.seq for e in es] == list(range(1, 8))
+        assert [e.position.turn for e in es] == [0, 1, 1, 1, 1, 2, 2]
+        assert len({e.id for e in es}) == len(es)
+        assert es[1].append_id == "a1" and es[1].id != es[2].id
+        mid = es[3].position
+        assert [e.position for e in engine.entries("c", after=mid)] == [e.position for e in es[4:]]
+        assert [e.position for e in engine.entries("c", before=mid)] == [e.position for e in es[:3]]
+        assert [e.position for e in engine.entries("c", after=es[0].position, before=es[5].position)] == \
+            [e.position for e in es[1:5]]
+        assert [e.position for e in engine.entries("c", after=HistoryPosition(1, 0))] == \
+            [e.position for e in es[1:]]
+        assert [e.position for e in engine.entries("c", after=HistoryPosition(2, 0))] == \
+            [e.position for e in es[5:]]
+        assert len(engine.entries("c", limit=2)) == 2
+        assert engine.entries("c", after=HistoryPosition.START) == es
+        again = engine.entries("c")
+        assert [(e.id, e.position, e.created_at) for e in again] == [(e.id, e.position, e.created_at) for e in es]
+
+    def test_read_at_least_a_receipt(self, engine: HistoryEngine) -> None:
+        r = engine.append(turn("c1", "a1", "x"))
+        assert len(engine.read("c1", at_least=r)) == 2
+
+    # -- windows -------------------------------------------------------------------------------
+    def test_window_matches_window_reader(self, engine: HistoryEngine) -> None:
+        engine.append(Batch("w", "s0", [Message.system("rule one")]))
+        for i in range(6):
+            system = f"rule {i}" if i == 3 else None
+            engine.append(turn("w", f"a{i}", f"q{i}", tool=i % 2 == 1, system=system))
+        for limit in range(1, 25):
+            try:
+                expected = WindowReader(engine, limit).read("w")
+            except WindowTooSmall:
+                with pytest.raises(WindowTooSmall):
+                    engine.window("w", limit)
+                continue
+            assert engine.window("w", limit) == expected, limit
+            assert len(expected) <= limit
+
+    def test_window_keeps_whole_turns_and_merges_system_messages(self, engine: HistoryEngine) -> None:
+        engine.append(Batch("w", "s0", [Message.system("A"), Message.system("B")]))
+        engine.append(turn("w", "a1", "one", tool=True))  # 4 messages
+        engine.append(turn("w", "a2", "two"))  # 2 messages
+        got = engine.window("w", 5)
+        assert got[0].role == "system" and got[0].text() == "A\n\nB"
+        assert [m.text() for m in got[1:]] == ["two", "answer to two"]
+        assert len(engine.window("w", 7)) == 7
+        with pytest.raises(WindowTooSmall):
+            engine.window("w", 2)
+
+    @pytest.mark.parametrize("limit", [0, -1])
+    def test_window_limit_must_be_positive(self, engine: HistoryEngine, limit: int) -> None:
+        with pytest.raises(InvalidWindow):
+            engine.window("w", limit)
+        with pytest.raises(InvalidWindow):
+            WindowReader(engine, limit)
+
+    # -- stats and rebuild ---------------------------------------------------------------------
+    def test_stats_count_outcomes(self, engine: HistoryEngine) -> None:
+        b = turn("c1", "a1", "x")
+        engine.append(b)
+        with pytest.raises(AppendConflict):
+            engine.append(turn("c1", "a1", "y"))
+        engine.clear("c1")
+        s = engine.stats()
+        assert s.accepted == 1
+        assert s.lag == [0] * len(s.end_offsets)
+        assert s.applied_offsets == s.end_offsets or all(
+            a >= e for a, e in zip(s.applied_offsets, s.end_offsets, strict=True))
+
+    def test_state_equals_a_rebuild_from_the_log(self, backend: Backend) -> None:
+        with backend.open() as eng:
+            for i in range(30):
+                eng.append(turn(f"c{i % 5}", f"a{i}", f"m{i}", tool=i % 3 == 0))
+            eng.clear("c2")
+            before = snapshot(eng)
+            stats_before = eng.stats()
+        backend.drop_state()
+        with backend.open() as eng:
+            assert snapshot(eng) == before
+            s = eng.stats()
+            assert (s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt) == (
+                stats_before.accepted, stats_before.duplicates, stats_before.conflicts,
+                stats_before.rejected_closed, stats_before.corrupt)
