@@ -63,17 +63,23 @@ class Batch:
         conv = ConversationID(conversation_id)
         app = AppendID(append_id)
         if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Iterable):
-            raise InvalidBatch(f"invalid batch: messages must be an iterable of Message, got {type(messages).__name__}")
+            raise InvalidBatch(
+                f"invalid batch: messages must be an iterable of Message, got {type(messages).__name__}"
+            )
         snapshot = tuple(messages)
         if not snapshot:
             raise InvalidBatch("invalid batch: no messages (a batch needs at least one message)")
         for i, message in enumerate(snapshot):
             if type(message) is not Message and not isinstance(message, Message):
-                raise InvalidBatch(f"invalid batch: messages[{i}]: expected a Message, got {type(message).__name__}")
+                raise InvalidBatch(
+                    f"invalid batch: messages[{i}]: expected a Message, got {type(message).__name__}"
+                )
         canonical = _join(snapshot)
         self._set(conv, app, snapshot, canonical)
 
-    def _set(self, conv: ConversationID, app: AppendID, messages: tuple[Message, ...], canonical: bytes) -> None:
+    def _set(
+        self, conv: ConversationID, app: AppendID, messages: tuple[Message, ...], canonical: bytes
+    ) -> None:
         object.__setattr__(self, "_conversation_id", conv)
         object.__setattr__(self, "_append_id", app)
         object.__setattr__(self, "_messages", messages)
@@ -122,15 +128,20 @@ class Batch:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Batch):
             return NotImplemented
-        return (self._digest == other._digest and self._conversation_id == other._conversation_id
-                and self._append_id == other._append_id)
+        return (
+            self._digest == other._digest
+            and self._conversation_id == other._conversation_id
+            and self._append_id == other._append_id
+        )
 
     def __hash__(self) -> int:
         return hash((self._conversation_id, self._append_id, self._digest))
 
     def __repr__(self) -> str:
-        return (f"Batch({str(self._conversation_id)!r}, {str(self._append_id)!r}, "
-                f"<{len(self._messages)} messages, {self._digest[:19]}...>)")
+        return (
+            f"Batch({str(self._conversation_id)!r}, {str(self._append_id)!r}, "
+            f"<{len(self._messages)} messages, {self._digest[:19]}...>)"
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (Batch.from_canonical, (str(self._conversation_id), str(self._append_id), self._canonical))
@@ -145,8 +156,11 @@ class Batch:
     def to_json(self) -> bytes:
         """``{"append_id":…,"conversation_id":…,"messages":[…canonical…]}`` (keys sorted, no spaces)."""
         return orjson.dumps(
-            {"append_id": str(self._append_id), "conversation_id": str(self._conversation_id),
-             "messages": orjson.Fragment(self._canonical)},
+            {
+                "append_id": str(self._append_id),
+                "conversation_id": str(self._conversation_id),
+                "messages": orjson.Fragment(self._canonical),
+            },
             option=orjson.OPT_SORT_KEYS,
         )
 
@@ -161,7 +175,9 @@ class Batch:
         except ValueError as exc:
             raise InvalidBatch(f"invalid batch: {exc}") from None
         if not isinstance(tree, dict):
-            raise InvalidBatch("invalid batch: expected a JSON object with conversation_id, append_id, messages")
+            raise InvalidBatch(
+                "invalid batch: expected a JSON object with conversation_id, append_id, messages"
+            )
         unknown = sorted(set(tree) - {"conversation_id", "append_id", "messages"})
         if unknown:
             raise InvalidBatch(f"invalid batch: unknown member {unknown[0]!r}")
@@ -176,7 +192,9 @@ class Batch:
             try:
                 messages.append(Message.model_validate(item))
             except InvalidMessage as exc:
-                raise InvalidBatch(f"invalid batch: messages[{i}]: {str(exc).removeprefix('invalid message: ')}") from None
+                raise InvalidBatch(
+                    f"invalid batch: messages[{i}]: {str(exc).removeprefix('invalid message: ')}"
+                ) from None
         return cls(tree["conversation_id"], tree["append_id"], messages)
 
     @classmethod
@@ -200,8 +218,10 @@ class Batch:
             if not messages:
                 raise InvalidBatch("invalid batch: no messages (a batch needs at least one message)")
             if _join(messages) != data:
-                raise InvalidBatch("invalid batch: bytes are not canonical JSON (whitespace, key order, "
-                                   "defaults or spellings differ from the canonical form)")
+                raise InvalidBatch(
+                    "invalid batch: bytes are not canonical JSON (whitespace, key order, "
+                    "defaults or spellings differ from the canonical form)"
+                )
         batch = cls.__new__(cls)
         batch._set(conv, app, messages, data)
         return batch
@@ -239,20 +259,30 @@ class Receipt:
         object.__setattr__(self, "conversation_id", ConversationID(self.conversation_id))
         object.__setattr__(self, "append_id", AppendID(self.append_id))
         if not isinstance(self.digest, str) or _DIGEST.fullmatch(self.digest) is None:
-            raise InvalidReceipt(f"invalid receipt: digest {self.digest!r} is not 'sha256:' + 64 lowercase hex digits")
+            raise InvalidReceipt(
+                f"invalid receipt: digest {self.digest!r} is not 'sha256:' + 64 lowercase hex digits"
+            )
         if not isinstance(self.position, LogPosition):
-            raise InvalidReceipt(f"invalid receipt: position must be a LogPosition, got {type(self.position).__name__}")
+            raise InvalidReceipt(
+                f"invalid receipt: position must be a LogPosition, got {type(self.position).__name__}"
+            )
 
     def validate_for(self, batch: Batch) -> None:
         """Raise ``InvalidReceipt`` unless this receipt names ``batch`` (ids and digest)."""
         if self.conversation_id != batch.conversation_id:
-            raise InvalidReceipt(f"receipt is for conversation {str(self.conversation_id)!r}, "
-                                 f"not {str(batch.conversation_id)!r}")
+            raise InvalidReceipt(
+                f"receipt is for conversation {str(self.conversation_id)!r}, "
+                f"not {str(batch.conversation_id)!r}"
+            )
         if self.append_id != batch.append_id:
-            raise InvalidReceipt(f"receipt is for append id {str(self.append_id)!r}, not {str(batch.append_id)!r}")
+            raise InvalidReceipt(
+                f"receipt is for append id {str(self.append_id)!r}, not {str(batch.append_id)!r}"
+            )
         if self.digest != batch.digest:
-            raise InvalidReceipt(f"receipt digest {self.digest} does not match the batch ({batch.digest}): "
-                                 "the append id names other content")
+            raise InvalidReceipt(
+                f"receipt digest {self.digest} does not match the batch ({batch.digest}): "
+                "the append id names other content"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """``{"conversation_id", "append_id", "digest", "position": {"partition", "offset"}}``."""
@@ -283,11 +313,20 @@ class Receipt:
         if not isinstance(tree, Mapping) or set(tree) != keys:
             raise InvalidReceipt(f"invalid receipt: expected an object with exactly {sorted(keys)}")
         pos = tree["position"]
-        if (not isinstance(pos, Mapping) or set(pos) != {"partition", "offset"}
-                or not all(type(pos[k]) is int and pos[k] >= 0 for k in ("partition", "offset"))):
-            raise InvalidReceipt("invalid receipt: position must be {\"partition\": int >= 0, \"offset\": int >= 0}")
-        return cls(tree["conversation_id"], tree["append_id"], tree["digest"],
-                   LogPosition(pos["partition"], pos["offset"]))
+        if (
+            not isinstance(pos, Mapping)
+            or set(pos) != {"partition", "offset"}
+            or not all(type(pos[k]) is int and pos[k] >= 0 for k in ("partition", "offset"))
+        ):
+            raise InvalidReceipt(
+                'invalid receipt: position must be {"partition": int >= 0, "offset": int >= 0}'
+            )
+        return cls(
+            tree["conversation_id"],
+            tree["append_id"],
+            tree["digest"],
+            LogPosition(pos["partition"], pos["offset"]),
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -232,7 +232,9 @@ class RawJSON(str):
         return f"RawJSON({str.__repr__(self)})"
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+    def __get_pydantic_core_schema__(
+        cls, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
         return core_schema.no_info_plain_validator_function(
             _validate_raw,
             serialization=core_schema.plain_serializer_function_ser_schema(_serialize_raw, info_arg=True),
@@ -282,7 +284,7 @@ class FrozenDict(dict[str, Any]):
 
     def __hash__(self) -> int:  # type: ignore[override]
         try:
-            return self._hash
+            return self._hash  # type: ignore[attr-defined,no-any-return]
         except AttributeError:
             h = hash(frozenset(self.items()))
             object.__setattr__(self, "_hash", h)

@@ -92,8 +92,13 @@ class ChatRequest(_Model):
     options: Annotated[FrozenDict, PlainValidator(_freeze_options)] = EMPTY_METADATA
 
     @_positional
-    def __init__(self, messages: Iterable[Message] = _MISSING, tools: Iterable[Any] = _MISSING,
-                 options: Mapping[str, Any] = _MISSING, **extra: Any) -> None:
+    def __init__(
+        self,
+        messages: Iterable[Message] = _MISSING,
+        tools: Iterable[Any] = _MISSING,
+        options: Mapping[str, Any] = _MISSING,
+        **extra: Any,
+    ) -> None:
         self._init(_given(extra, messages=messages, tools=tools, options=options))
 
     def _check(self) -> None:
@@ -109,8 +114,11 @@ class ChatRequest(_Model):
 
     def _tree(self) -> dict[str, Any]:
         # Tools and options are opaque: identity is by the messages (plus repr of the rest).
-        return {"messages": [m.fragment() for m in self.messages],
-                "options": repr(sorted(self.options.items())), "tools": repr(self.tools)}
+        return {
+            "messages": [m.fragment() for m in self.messages],
+            "options": repr(sorted(self.options.items())),
+            "tools": repr(self.tools),
+        }
 
     def __hash__(self) -> int:
         return hash(self.canonical_json())
@@ -126,13 +134,20 @@ class ChatResponse(_Model):
     usage: Usage | None = None
 
     @_positional
-    def __init__(self, message: Message | None = _MISSING, finish_reason: FinishReason | str = _MISSING,
-                 usage: Usage | None = _MISSING, **extra: Any) -> None:
+    def __init__(
+        self,
+        message: Message | None = _MISSING,
+        finish_reason: FinishReason | str = _MISSING,
+        usage: Usage | None = _MISSING,
+        **extra: Any,
+    ) -> None:
         self._init(_given(extra, message=message, finish_reason=finish_reason, usage=usage))
 
     def _check(self) -> None:
         if self.message is not None and self.message.role is not Role.ASSISTANT:
-            raise ValueError(f"message: role is {self.message.role.value!r}, a response needs an assistant message")
+            raise ValueError(
+                f"message: role is {self.message.role.value!r}, a response needs an assistant message"
+            )
 
     def text(self) -> str:
         """The message's text parts joined (``""`` without a message)."""
@@ -188,8 +203,9 @@ class ToolCallDelta(_Model):
     arguments: StrictStr = ""
 
     @_positional
-    def __init__(self, id: str = _MISSING, name: str = _MISSING, arguments: str = _MISSING,  # noqa: A002
-                 **extra: Any) -> None:
+    def __init__(
+        self, id: str = _MISSING, name: str = _MISSING, arguments: str = _MISSING, **extra: Any
+    ) -> None:
         self._init(_given(extra, id=id, name=name, arguments=arguments))
 
     def _tree(self) -> dict[str, Any]:
@@ -225,9 +241,13 @@ class ChatDelta(_Model):
     usage: Usage | None = None
 
     @_positional
-    def __init__(self, parts: Iterable[TextDelta | ReasoningDelta | ToolCallDelta | RefusalDelta] = _MISSING,
-                 finish_reason: FinishReason | str | None = _MISSING, usage: Usage | None = _MISSING,
-                 **extra: Any) -> None:
+    def __init__(
+        self,
+        parts: Iterable[TextDelta | ReasoningDelta | ToolCallDelta | RefusalDelta] = _MISSING,
+        finish_reason: FinishReason | str | None = _MISSING,
+        usage: Usage | None = _MISSING,
+        **extra: Any,
+    ) -> None:
         self._init(_given(extra, parts=parts, finish_reason=finish_reason, usage=usage))
 
     def _check(self) -> None:
@@ -271,8 +291,10 @@ class ResponseAccumulator:
         if not isinstance(delta, ChatDelta):
             raise InvalidMessage(f"invalid chat delta: expected a ChatDelta, got {type(delta).__name__}")
         if self._finish is not None:
-            raise InvalidMessage(f"invalid chat delta: the stream already finished ({self._finish.value}); "
-                                 "nothing may follow a finish reason")
+            raise InvalidMessage(
+                f"invalid chat delta: the stream already finished ({self._finish.value}); "
+                "nothing may follow a finish reason"
+            )
         parts = [list(p) for p in self._parts]  # work on a copy: commit only if every fragment fits
         calls = {p[3]: p for p in parts if p[0] == "tool_call"}
         for i, frag in enumerate(delta.parts):
@@ -284,8 +306,10 @@ class ResponseAccumulator:
                     parts.append(call)
                 else:
                     if frag.name and call[2] and frag.name != call[2]:
-                        raise InvalidMessage(f"invalid chat delta: parts[{i}]: tool call {frag.id!r} was named "
-                                             f"{call[2]!r}, this fragment names {frag.name!r}")
+                        raise InvalidMessage(
+                            f"invalid chat delta: parts[{i}]: tool call {frag.id!r} was named "
+                            f"{call[2]!r}, this fragment names {frag.name!r}"
+                        )
                     call[1] += frag.arguments
                     call[2] = call[2] or frag.name
             else:

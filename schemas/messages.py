@@ -89,7 +89,9 @@ def _validate_metadata(value: Any) -> FrozenDict:
     if type(value) is FrozenDict and all(type(v) is RawJSON for v in value.values()):
         return value
     if not isinstance(value, Mapping):
-        raise ValueError(f"metadata must be a mapping of string keys to JSON values, got {type(value).__name__}")
+        raise ValueError(
+            f"metadata must be a mapping of string keys to JSON values, got {type(value).__name__}"
+        )
     if not value:
         return EMPTY_METADATA
     out: dict[str, RawJSON] = {}
@@ -201,11 +203,11 @@ def _reasons(exc: ValidationError) -> list[tuple[str, str]]:
         elif kind == "missing":
             msg = "missing required member"
         elif msg.startswith("Value error, "):
-            msg = msg[len("Value error, "):]
+            msg = msg[len("Value error, ") :]
         if msg.startswith("["):  # a validator that reports a sub-location, e.g. metadata['k']
             close = msg.find("]: ")
             if close > 0:
-                where, msg = where + msg[: close + 1], msg[close + 3:]
+                where, msg = where + msg[: close + 1], msg[close + 3 :]
         out.append((where, msg))
     return out
 
@@ -254,7 +256,7 @@ class _Model(BaseModel):
     def canonical_json(self) -> bytes:
         """The canonical JSON of this value (cached): see ``docs/canonical-json.md``."""
         try:
-            return self._canon  # type: ignore[no-any-return]
+            return self._canon  # type: ignore[attr-defined,no-any-return]
         except AttributeError:
             canon = self._compute()
             object.__setattr__(self, "_canon", canon)
@@ -313,8 +315,13 @@ class _Model(BaseModel):
         """Validate a Python object (a dict as produced by ``model_dump()``). Raises ``InvalidMessage``."""
         try:
             return super().model_validate(
-                obj, strict=strict, extra=extra, from_attributes=from_attributes, context=context,
-                by_alias=by_alias, by_name=by_name,
+                obj,
+                strict=strict,
+                extra=extra,
+                from_attributes=from_attributes,
+                context=context,
+                by_alias=by_alias,
+                by_name=by_name,
             )
         except ValidationError as exc:
             raise invalid(exc, cls._what) from None
@@ -338,7 +345,7 @@ class _Model(BaseModel):
             raise InvalidMessage(f"invalid {cls._what}: {exc}") from None
         return cls.model_validate(tree, context=context)
 
-    def model_dump_json(self, **kwargs: Any) -> str:  # type: ignore[override]
+    def model_dump_json(self, **kwargs: Any) -> str:
         """The canonical JSON as ``str``. Keyword options (indent, exclude...) fall back to
         pydantic's serialiser, which loses number spellings in metadata and details."""
         if not kwargs:
@@ -403,8 +410,14 @@ class Media(_Model):
     name: StrictStr | None = None
 
     @_positional
-    def __init__(self, mime_type: str = _MISSING, data: bytes | None = _MISSING, uri: str | None = _MISSING,
-                 name: str | None = _MISSING, **extra: Any) -> None:
+    def __init__(
+        self,
+        mime_type: str = _MISSING,
+        data: bytes | None = _MISSING,
+        uri: str | None = _MISSING,
+        name: str | None = _MISSING,
+        **extra: Any,
+    ) -> None:
         self._init(_given(extra, mime_type=mime_type, data=data, uri=uri, name=name))
 
     def _check(self) -> None:
@@ -449,8 +462,14 @@ class TextPart(_Part):
     citations: tuple[Citation, ...] = ()
 
     @_positional
-    def __init__(self, text: str = _MISSING, citations: Iterable[Citation] = _MISSING, *,
-                 metadata: Mapping[str, Any] | None = None, **extra: Any) -> None:
+    def __init__(
+        self,
+        text: str = _MISSING,
+        citations: Iterable[Citation] = _MISSING,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
         self._init(_given(extra, text=text, citations=citations, metadata=metadata))
 
     def _tree(self) -> dict[str, Any]:
@@ -467,8 +486,13 @@ class MediaPart(_Part):
     media: Media
 
     @_positional
-    def __init__(self, media: Media | Mapping[str, Any] = _MISSING, *,
-                 metadata: Mapping[str, Any] | None = None, **extra: Any) -> None:
+    def __init__(
+        self,
+        media: Media | Mapping[str, Any] = _MISSING,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
         self._init(_given(extra, media=media, metadata=metadata))
 
     def _tree(self) -> dict[str, Any]:
@@ -483,8 +507,14 @@ class ReasoningPart(_Part):
     state: Bytes = b""
 
     @_positional
-    def __init__(self, text: str = _MISSING, state: bytes | str = _MISSING, *,
-                 metadata: Mapping[str, Any] | None = None, **extra: Any) -> None:
+    def __init__(
+        self,
+        text: str = _MISSING,
+        state: bytes | str = _MISSING,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
         self._init(_given(extra, text=text, state=state, metadata=metadata))
 
     def _tree(self) -> dict[str, Any]:
@@ -506,8 +536,15 @@ class ToolCallPart(_Part):
     arguments: StrictStr
 
     @_positional
-    def __init__(self, id: str = _MISSING, name: str = _MISSING, arguments: str = _MISSING, *,  # noqa: A002
-                 metadata: Mapping[str, Any] | None = None, **extra: Any) -> None:
+    def __init__(
+        self,
+        id: str = _MISSING,
+        name: str = _MISSING,
+        arguments: str = _MISSING,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
         self._init(_given(extra, id=id, name=name, arguments=arguments, metadata=metadata))
 
     def _tree(self) -> dict[str, Any]:
@@ -528,8 +565,9 @@ class ToolOutput(_Model):
     details: RawJSON | None = None
 
     @_positional
-    def __init__(self, content: Iterable[TextPart | MediaPart] = _MISSING, details: Any = _MISSING,
-                 **extra: Any) -> None:
+    def __init__(
+        self, content: Iterable[TextPart | MediaPart] = _MISSING, details: Any = _MISSING, **extra: Any
+    ) -> None:
         self._init(_given(extra, content=content, details=details))
 
     def _check(self) -> None:
@@ -561,16 +599,26 @@ class ToolResultPart(_Part):
     is_error: StrictBool = False
 
     @_positional
-    def __init__(self, id: str = _MISSING, name: str = _MISSING,  # noqa: A002
-                 output: ToolOutput | str | Mapping[str, Any] = _MISSING, is_error: bool = _MISSING, *,
-                 metadata: Mapping[str, Any] | None = None, **extra: Any) -> None:
+    def __init__(
+        self,
+        id: str = _MISSING,
+        name: str = _MISSING,
+        output: ToolOutput | str | Mapping[str, Any] = _MISSING,
+        is_error: bool = _MISSING,
+        *,
+        metadata: Mapping[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
         if isinstance(output, str):
             output = ToolOutput.text(output)
         self._init(_given(extra, id=id, name=name, output=output, is_error=is_error, metadata=metadata))
 
     def _tree(self) -> dict[str, Any]:
         tree: dict[str, Any] = {
-            "id": self.id, "kind": "tool_result", "name": self.name, "output": self.output._tree()
+            "id": self.id,
+            "kind": "tool_result",
+            "name": self.name,
+            "output": self.output._tree(),
         }
         if self.is_error:
             tree["is_error"] = True
@@ -584,7 +632,9 @@ class RefusalPart(_Part):
     text: StrictStr
 
     @_positional
-    def __init__(self, text: str = _MISSING, *, metadata: Mapping[str, Any] | None = None, **extra: Any) -> None:
+    def __init__(
+        self, text: str = _MISSING, *, metadata: Mapping[str, Any] | None = None, **extra: Any
+    ) -> None:
         self._init(_given(extra, text=text, metadata=metadata))
 
     def _tree(self) -> dict[str, Any]:
@@ -623,8 +673,13 @@ class Message(_Model):
     metadata: Metadata = EMPTY_METADATA
 
     @_positional
-    def __init__(self, role: Role | str = _MISSING, parts: Iterable[AnyPart | Mapping[str, Any]] = _MISSING,
-                 metadata: Mapping[str, Any] | None = None, **extra: Any) -> None:
+    def __init__(
+        self,
+        role: Role | str = _MISSING,
+        parts: Iterable[AnyPart | Mapping[str, Any]] = _MISSING,
+        metadata: Mapping[str, Any] | None = None,
+        **extra: Any,
+    ) -> None:
         self._init(_given(extra, role=role, parts=parts, metadata=metadata))
 
     def _check(self) -> None:
@@ -633,7 +688,9 @@ class Message(_Model):
         allowed = ALLOWED_KINDS[self.role]
         for i, part in enumerate(self.parts):
             if part.kind not in allowed:
-                raise ValueError(f"parts[{i}]: kind {part.kind!r} is not allowed for role {self.role.value!r}")
+                raise ValueError(
+                    f"parts[{i}]: kind {part.kind!r} is not allowed for role {self.role.value!r}"
+                )
 
     # ----- constructors
     @classmethod
@@ -673,7 +730,7 @@ class Message(_Model):
     def content_bytes(self) -> int:
         """Length of the canonical JSON without message-level metadata (cached)."""
         try:
-            return self._content_bytes  # type: ignore[no-any-return]
+            return self._content_bytes  # type: ignore[attr-defined,no-any-return]
         except AttributeError:
             size = len(dumps(self._tree_without_metadata())) if self.metadata else len(self.canonical_json())
             object.__setattr__(self, "_content_bytes", size)
@@ -686,7 +743,8 @@ class Message(_Model):
     def _full_recompute(self) -> bytes:
         """Serialise from the field values, ignoring every cache (benchmarks and tests)."""
         tree: dict[str, Any] = {
-            "parts": [_Fragment(_dump_checked(p._tree(), "")) for p in self.parts], "role": self.role.value
+            "parts": [_Fragment(_dump_checked(p._tree(), "")) for p in self.parts],
+            "role": self.role.value,
         }
         if self.metadata:
             tree["metadata"] = _meta_fragments(self.metadata)

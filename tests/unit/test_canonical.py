@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 from schemas import Batch, InvalidMessage, Message, RawJSON, digest_of
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden" / "canonical_batches.json"
-BREAKING = ("changing these bytes is a BREAKING CHANGE of the log format: stored digests would stop "
-            "matching; only update tests/data/golden with a format version bump")
+BREAKING = (
+    "changing these bytes is a BREAKING CHANGE of the log format: stored digests would stop "
+    "matching; only update tests/data/golden with a format version bump"
+)
 
 
 def test_rawjson_is_canonical_and_keeps_number_spellings() -> None:
@@ -22,12 +24,28 @@ def test_rawjson_is_canonical_and_keeps_number_spellings() -> None:
     assert RawJSON(" -0 ") == "-0"
     assert RawJSON('"\\u00e9\\/"') == '"é/"'
     assert RawJSON("123456789012345678901234567890") == "123456789012345678901234567890"
-    assert RawJSON(b'[true,false,null]') == "[true,false,null]"
+    assert RawJSON(b"[true,false,null]") == "[true,false,null]"
     assert RawJSON(RawJSON("1")) == "1"
 
 
-@pytest.mark.parametrize("bad", ["", "{", "NaN", "[Infinity]", "-Infinity", '{"a":1,"a":2}', '"\\ud800"',
-                                 "\"\ud800\"", "01", "[1,]", "'x'", "1 2", b"\xff"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "",
+        "{",
+        "NaN",
+        "[Infinity]",
+        "-Infinity",
+        '{"a":1,"a":2}',
+        '"\\ud800"',
+        '"\ud800"',
+        "01",
+        "[1,]",
+        "'x'",
+        "1 2",
+        b"\xff",
+    ],
+)
 def test_rawjson_rejects(bad: str | bytes) -> None:
     with pytest.raises(InvalidMessage):
         RawJSON(bad)
@@ -45,9 +63,11 @@ def test_rawjson_of() -> None:
 def test_escaping_is_rfc8785() -> None:
     text = "".join(chr(c) for c in range(0x20)) + '"\\/\x7f\x80\u2028é😀'
     got = RawJSON.of(text).encode("utf-8")
-    expected = (b'"\\u0000\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007\\b\\t\\n\\u000b\\f\\r\\u000e\\u000f'
-                b'\\u0010\\u0011\\u0012\\u0013\\u0014\\u0015\\u0016\\u0017\\u0018\\u0019\\u001a\\u001b\\u001c'
-                b'\\u001d\\u001e\\u001f\\"\\\\/' + "\x7f\x80\u2028é😀".encode() + b'"')
+    expected = (
+        b'"\\u0000\\u0001\\u0002\\u0003\\u0004\\u0005\\u0006\\u0007\\b\\t\\n\\u000b\\f\\r\\u000e\\u000f'
+        b"\\u0010\\u0011\\u0012\\u0013\\u0014\\u0015\\u0016\\u0017\\u0018\\u0019\\u001a\\u001b\\u001c"
+        b'\\u001d\\u001e\\u001f\\"\\\\/' + "\x7f\x80\u2028é😀".encode() + b'"'
+    )
     assert got == expected
 
 
@@ -80,11 +100,23 @@ def test_golden_matches_python_construction() -> None:
     from schemas import ToolCallPart, ToolOutput, ToolResultPart
 
     by_name = {c["name"]: c for c in _golden()}
-    built = Batch("conv-1", "a-3", [Message.tool(ToolResultPart(
-        "call_1", "get_weather", ToolOutput.text("1000 mm of rain", details=RawJSON("1e3"))))])
+    built = Batch(
+        "conv-1",
+        "a-3",
+        [
+            Message.tool(
+                ToolResultPart(
+                    "call_1", "get_weather", ToolOutput.text("1000 mm of rain", details=RawJSON("1e3"))
+                )
+            )
+        ],
+    )
     assert built.digest == by_name["tool_result_details_1e3"]["digest"], BREAKING
-    call = Batch("conv-1", "a-2", [Message.assistant(ToolCallPart("call_1", "get_weather",
-                                                                    'city=Oslo, unit: "C" {not json'))])
+    call = Batch(
+        "conv-1",
+        "a-2",
+        [Message.assistant(ToolCallPart("call_1", "get_weather", 'city=Oslo, unit: "C" {not json'))],
+    )
     assert call.digest == by_name["tool_call_non_json_arguments"]["digest"], BREAKING
 
 
@@ -96,14 +128,25 @@ def test_docs_worked_example_is_the_text_golden_case() -> None:
 
 # ----- properties
 
+
 def _values(scalars: Any) -> Any:
-    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
-        st.text(alphabet=st.characters(codec="utf-8"), max_size=5), inner, max_size=4), max_leaves=12)
+    return st.recursive(
+        scalars,
+        lambda inner: (
+            st.lists(inner, max_size=4)
+            | st.dictionaries(st.text(alphabet=st.characters(codec="utf-8"), max_size=5), inner, max_size=4)
+        ),
+        max_leaves=12,
+    )
 
 
 # Without floats: json.dumps (used to make a "loose" spelling) re-spells floats, and RawJSON keeps spellings.
-exact_scalars = st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.text(
-    alphabet=st.characters(codec="utf-8"), max_size=8)
+exact_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**20), 10**20)
+    | st.text(alphabet=st.characters(codec="utf-8"), max_size=8)
+)
 exact_values = _values(exact_scalars)
 json_values = _values(exact_scalars | st.floats(allow_nan=False, allow_infinity=False))
 
@@ -131,4 +174,7 @@ def test_canonical_invariant_under_key_order_and_whitespace(value: Any, rnd: Any
 def test_metadata_canonical_bytes_independent_of_input_order(value: Any) -> None:
     meta = {"a": value, "z": 1, "m": [value]}
     reverse = dict(reversed(list(meta.items())))
-    assert Message.user("x", metadata=meta).canonical_json() == Message.user("x", metadata=reverse).canonical_json()
+    assert (
+        Message.user("x", metadata=meta).canonical_json()
+        == Message.user("x", metadata=reverse).canonical_json()
+    )

@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 from schemas import AppendID, ConversationID, InvalidAppendID, InvalidConversationID
 
 KINDS = [(ConversationID, InvalidConversationID), (AppendID, InvalidAppendID)]
-WHITE_SPACE = set("\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
-                  "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+WHITE_SPACE = set(
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+    "\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
 
 
 def rule_says_valid(value: str) -> bool:
@@ -28,19 +30,22 @@ def rule_says_valid(value: str) -> bool:
 
 
 @pytest.mark.parametrize(("cls", "err"), KINDS)
-@pytest.mark.parametrize(("value", "reason"), [
-    ("", "empty"),
-    ("a\ud800b", "invalid UTF-8"),
-    (" a", "leading or trailing whitespace"),
-    ("a\u3000", "leading or trailing whitespace"),
-    ("a\x85", "leading or trailing whitespace"),
-    ("a\x07b", "contains control character U+0007"),
-    ("a\x1fb", "contains control character U+001F"),
-    ("a\x7fb", "contains control character U+007F"),
-    ("a\x9fb", "contains control character U+009F"),
-    ("x" * 1025, "longer than 1024 bytes"),
-    ("é" * 513, "longer than 1024 bytes"),
-])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("", "empty"),
+        ("a\ud800b", "invalid UTF-8"),
+        (" a", "leading or trailing whitespace"),
+        ("a\u3000", "leading or trailing whitespace"),
+        ("a\x85", "leading or trailing whitespace"),
+        ("a\x07b", "contains control character U+0007"),
+        ("a\x1fb", "contains control character U+001F"),
+        ("a\x7fb", "contains control character U+007F"),
+        ("a\x9fb", "contains control character U+009F"),
+        ("x" * 1025, "longer than 1024 bytes"),
+        ("é" * 513, "longer than 1024 bytes"),
+    ],
+)
 def test_bad_id_raises_typed_error_with_reason(cls: type, err: type, value: str, reason: str) -> None:
     with pytest.raises(err, match=reason.replace("+", r"\+")):
         cls(value)

@@ -45,7 +45,12 @@ def test_positional_construction() -> None:
     assert m.role == Role.USER == "user"
     assert m.parts == (TextPart("hi"),)
     call = ToolCallPart("c1", "get_weather", '{"city":"Oslo"}')
-    assert (call.id, call.name, call.arguments, call.kind) == ("c1", "get_weather", '{"city":"Oslo"}', "tool_call")
+    assert (call.id, call.name, call.arguments, call.kind) == (
+        "c1",
+        "get_weather",
+        '{"city":"Oslo"}',
+        "tool_call",
+    )
 
 
 @pytest.mark.parametrize("role", sorted(ALLOWED))
@@ -54,7 +59,9 @@ def test_per_role_kinds(role: str, kind: str) -> None:
     if kind in ALLOWED[role]:
         assert Message(role, [PARTS[kind]]).parts[0].kind == kind
     else:
-        with pytest.raises(InvalidMessage, match=rf"parts\[1\]: kind '{kind}' is not allowed for role '{role}'"):
+        with pytest.raises(
+            InvalidMessage, match=rf"parts\[1\]: kind '{kind}' is not allowed for role '{role}'"
+        ):
             Message(role, [PARTS["tool_result" if role == "tool" else "text"], PARTS[kind]])
 
 
@@ -74,40 +81,43 @@ def test_at_least_one_part() -> None:
         Message.user()
 
 
-@pytest.mark.parametrize("build", [
-    lambda: Message.user("x", metadata={"": 1}),
-    lambda: TextPart("x", metadata={"": 1}),
-    lambda: Message.user("x", metadata={1: 1}),
-    lambda: Message.user("x", metadata={"k": float("nan")}),
-    lambda: Message.user("x", metadata={"k": float("inf")}),
-    lambda: Message.user("x", metadata={"k": object()}),
-    lambda: Message.user("x", metadata={"k": {1: 2}}),
-    lambda: Message.user("x", metadata=[("k", 1)]),
-    lambda: Message.user("x", metadata={"k": RawJSON("{")}),
-    lambda: Message.user("\ud800"),
-    lambda: Message.user("x", metadata={"k": "\udc00"}),
-    lambda: Message.user("x", metadata={"k\ud800": 1}),
-    lambda: ToolCallPart("c1", "f", "\ud800"),
-    lambda: TextPart("x", [Citation("u", "\ud800")]),
-    lambda: ToolCallPart("", "f", "{}"),
-    lambda: ToolCallPart("c", "", "{}"),
-    lambda: Media("image/png"),
-    lambda: Media("image/png", data=b"x", uri="http://x"),
-    lambda: Media("png", data=b"x"),
-    lambda: Media("image/png", data=""),
-    lambda: Media("image/png", data="not base64!"),
-    lambda: Message("admin", [TextPart("x")]),
-    lambda: Message("user", "hello"),
-    lambda: Message("user", [{"kind": "nope"}]),
-    lambda: Message("user", [{"kind": "text"}]),
-    lambda: Message("user", [TextPart("x")], extra_field=1),
-    lambda: TextPart(5),
-    lambda: TextPart(b"bytes"),
-    lambda: ToolResultPart("c", "n", ToolOutput(), is_error="yes"),
-    lambda: ToolOutput(details=float("nan")),
-    lambda: ToolOutput([PARTS["reasoning"]]),
-    lambda: Message(),
-])
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: Message.user("x", metadata={"": 1}),
+        lambda: TextPart("x", metadata={"": 1}),
+        lambda: Message.user("x", metadata={1: 1}),
+        lambda: Message.user("x", metadata={"k": float("nan")}),
+        lambda: Message.user("x", metadata={"k": float("inf")}),
+        lambda: Message.user("x", metadata={"k": object()}),
+        lambda: Message.user("x", metadata={"k": {1: 2}}),
+        lambda: Message.user("x", metadata=[("k", 1)]),
+        lambda: Message.user("x", metadata={"k": RawJSON("{")}),
+        lambda: Message.user("\ud800"),
+        lambda: Message.user("x", metadata={"k": "\udc00"}),
+        lambda: Message.user("x", metadata={"k\ud800": 1}),
+        lambda: ToolCallPart("c1", "f", "\ud800"),
+        lambda: TextPart("x", [Citation("u", "\ud800")]),
+        lambda: ToolCallPart("", "f", "{}"),
+        lambda: ToolCallPart("c", "", "{}"),
+        lambda: Media("image/png"),
+        lambda: Media("image/png", data=b"x", uri="http://x"),
+        lambda: Media("png", data=b"x"),
+        lambda: Media("image/png", data=""),
+        lambda: Media("image/png", data="not base64!"),
+        lambda: Message("admin", [TextPart("x")]),
+        lambda: Message("user", "hello"),
+        lambda: Message("user", [{"kind": "nope"}]),
+        lambda: Message("user", [{"kind": "text"}]),
+        lambda: Message("user", [TextPart("x")], extra_field=1),
+        lambda: TextPart(5),
+        lambda: TextPart(b"bytes"),
+        lambda: ToolResultPart("c", "n", ToolOutput(), is_error="yes"),
+        lambda: ToolOutput(details=float("nan")),
+        lambda: ToolOutput([PARTS["reasoning"]]),
+        lambda: Message(),
+    ],
+)
 def test_invalid_messages_raise_invalid_message_not_validation_error(build: object) -> None:
     with pytest.raises(InvalidMessage) as info:
         build()  # type: ignore[operator]
@@ -115,18 +125,27 @@ def test_invalid_messages_raise_invalid_message_not_validation_error(build: obje
     assert str(info.value).startswith("invalid ")
 
 
-@pytest.mark.parametrize(("text", "where"), [
-    ('{"role":"user","parts":[{"kind":"text","text":"x","zz":1}]}', r"parts\[0\]\.zz: unknown member"),
-    ('{"role":"user","parts":[{"kind":"text","text":"x"}],"zz":1}', "zz: unknown member"),
-    ('{"role":"user","parts":[{"kind":"text","text":"\\ud800"}]}', "lone surrogate"),
-    ('{"role":"user","parts":[{"kind":"text","text":"x"}],"metadata":{"a":1,"a":2}}', "duplicate object key"),
-    ('{"role":"user","parts":[{"kind":"text","text":"x"}],"metadata":{"a":NaN}}', "NaN"),
-    ('{"role":"user","parts":[{"kind":"text","text":"x"}],"metadata":{"":1}}', "empty key"),
-    ('{"role":"user","parts":[{"kind":"tool_call","id":"c","name":"n","arguments":"{}"}]}', "not allowed"),
-    ('{"role":"user","parts":[{"kind":"text","text":5}]}', r"parts\[0\]\.text"),
-    ('{"role":"user","parts":[{"kind":"text","text":"x"}]', "invalid JSON"),
-    (b'{"role":"user","parts":[{"kind":"text","text":"\xff"}]}', "UTF-8"),
-])
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"role":"user","parts":[{"kind":"text","text":"x","zz":1}]}', r"parts\[0\]\.zz: unknown member"),
+        ('{"role":"user","parts":[{"kind":"text","text":"x"}],"zz":1}', "zz: unknown member"),
+        ('{"role":"user","parts":[{"kind":"text","text":"\\ud800"}]}', "lone surrogate"),
+        (
+            '{"role":"user","parts":[{"kind":"text","text":"x"}],"metadata":{"a":1,"a":2}}',
+            "duplicate object key",
+        ),
+        ('{"role":"user","parts":[{"kind":"text","text":"x"}],"metadata":{"a":NaN}}', "NaN"),
+        ('{"role":"user","parts":[{"kind":"text","text":"x"}],"metadata":{"":1}}', "empty key"),
+        (
+            '{"role":"user","parts":[{"kind":"tool_call","id":"c","name":"n","arguments":"{}"}]}',
+            "not allowed",
+        ),
+        ('{"role":"user","parts":[{"kind":"text","text":5}]}', r"parts\[0\]\.text"),
+        ('{"role":"user","parts":[{"kind":"text","text":"x"}]', "invalid JSON"),
+        (b'{"role":"user","parts":[{"kind":"text","text":"\xff"}]}', "UTF-8"),
+    ],
+)
 def test_json_errors_say_what_and_where(text: str | bytes, where: str) -> None:
     with pytest.raises(InvalidMessage, match=where):
         Message.model_validate_json(text)
@@ -138,7 +157,9 @@ def test_model_validate_translates_errors() -> None:
 
 
 def test_metadata_values_are_rawjson_and_keep_spelling() -> None:
-    m = Message.user("x", metadata={"n": RawJSON("1e3"), "f": 0.5, "s": "str", "o": {"b": 1, "a": [True, None]}})
+    m = Message.user(
+        "x", metadata={"n": RawJSON("1e3"), "f": 0.5, "s": "str", "o": {"b": 1, "a": [True, None]}}
+    )
     assert m.metadata == {"n": "1e3", "f": "0.5", "s": '"str"', "o": '{"a":[true,null],"b":1}'}
     assert all(isinstance(v, RawJSON) for v in m.metadata.values())
     assert m.canonical_json() == (
@@ -194,8 +215,11 @@ def test_content_bytes_drop_message_metadata_only() -> None:
 
 
 def test_json_round_trip_keeps_spellings() -> None:
-    m = Message.tool(ToolResultPart("c", "n", ToolOutput.text("t", details=RawJSON("[1.50,-0]")),
-                                    metadata={"x": RawJSON("1E3")}))
+    m = Message.tool(
+        ToolResultPart(
+            "c", "n", ToolOutput.text("t", details=RawJSON("[1.50,-0]")), metadata={"x": RawJSON("1E3")}
+        )
+    )
     text = m.model_dump_json()
     assert Message.model_validate_json(text) == m
     assert Message.model_validate_json(text).canonical_json() == m.canonical_json()
