@@ -80,9 +80,10 @@ class KafkaCluster:
     def _run(self, *args: str) -> str:
         proc = _script(*args, "--dir", str(self.dir))
         if proc.returncode != 0:
-            err = proc.stderr.strip()
-            last = err.splitlines()[-1] if err else f"exit {proc.returncode}"
-            raise RuntimeError(f"scripts/kafka {' '.join(args)} failed: {last}\n{err[-3000:]}")
+            lines = proc.stderr.strip().splitlines() or [f"exit {proc.returncode}"]
+            detail = "\n".join(lines[-40:-1])
+            raise RuntimeError(f"scripts/kafka {' '.join(args)} failed: {lines[-1]}"
+                               + (f"\n{detail}" if detail else ""))
         return proc.stdout
 
     def start(self) -> str:
