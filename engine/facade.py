@@ -170,8 +170,10 @@ class HistoryEngine:
             return fast
         event = BatchAppended(c, a, batch.digest, batch.canonical_json(), len(batch),
                               batch.content_bytes(), _now_ms())
-        position = self._log.append(record_key(c, a), encode_event(event), timeout=timeout)
-        decision = self._wait_decision(position, deadline)
+        key = record_key(c, a)
+        with self._projector.expecting(key, batch):
+            position = self._log.append(key, encode_event(event), timeout=timeout)
+            decision = self._wait_decision(position, deadline)
         if decision is None:
             raise CommitUnconfirmed(
                 f"append {a!r} to {c!r} was written at {position} but not decided within {timeout}s; "
@@ -202,10 +204,10 @@ class HistoryEngine:
 
     def _answer(self, batch: Batch, decision: Decision, position: LogPosition) -> Receipt:
         outcome = decision.outcome
-        if outcome in (Outcome.ACCEPTED, Outcome.DUPLICATE) and decision.receipt is not None:
-            return decision.receipt
+        if outcome in (Outcome.ACCEPTED, Outcome.DUPLICATE) and decision.receipt_position is not None:
+            return decision.receipt(batch.conversation_id, batch.append_id)
         if outcome is Outcome.CONFLICT:
-            raise _conflict(batch, decision.existing_digest)
+            raise _conflict(batch, decision.digest)
         if outcome is Outcome.REJECTED_CLOSED:
             raise _closed(batch.conversation_id)
         # Our own event was judged poison, or its decision was forgotten: derive it from state.

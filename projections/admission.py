@@ -49,23 +49,39 @@ class Outcome(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """What admission decided for one log position."""
+    """What admission decided for one log position.
+
+    ``receipt_position`` is where the accepted event of that append id is: this record's own
+    position when accepted, the original one for a duplicate. ``digest`` is the accepted
+    digest (for a conflict: the one the append id already names).
+    """
 
     outcome: Outcome
-    receipt: Receipt | None = None  # accepted: the new receipt; duplicate: the original one
-    existing_digest: str = ""  # conflict: the digest the append id already names
+    digest: str = ""
+    receipt_position: LogPosition | None = None
     reason: str = ""  # corrupt: why
+
+    def receipt(self, conversation_id: str, append_id: str) -> Receipt:
+        """The receipt this decision proves (accepted or duplicate decisions only)."""
+        assert self.receipt_position is not None  # Invariant: only accepted/duplicate carry one.
+        return Receipt(conversation_id, append_id, self.digest, self.receipt_position)
 
 
 def _corrupt(reason: str) -> tuple[Decision, None]:
     return Decision(Outcome.CORRUPT, reason=reason), None
 
 
-def admit(tx: Tx, stats: keys.Stats, position: LogPosition, key: bytes,
-          value: bytes) -> tuple[Decision, ProjectedEvent | None]:
+Known = dict[tuple[bytes, str], Batch]
+"""Batches this process is appending, by (record key, digest): already validated, so the
+projector need not parse their bytes again. Records from elsewhere are always parsed."""
+
+
+def admit(tx: Tx, stats: keys.Stats, position: LogPosition, key: bytes, value: bytes, *,
+          known: Known | None = None, want_event: bool = False) -> tuple[Decision, ProjectedEvent | None]:
     """Decide one record and apply its effects to ``tx``; returns the decision and, when the
-    record was accepted (or first closed a conversation), the event for read projections."""
-    decision, event = _admit(tx, position, key, value)
+    record was accepted (or first closed a conversation) and ``want_event``, the event for
+    custom projections."""
+    decision, event = _admit(tx, position, key, value, known, want_event)
     outcome = decision.outcome
     if outcome is Outcome.ACCEPTED:
         stats.accepted += 1
@@ -81,7 +97,8 @@ def admit(tx: Tx, stats: keys.Stats, position: LogPosition, key: bytes,
     return decision, event
 
 
-def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes) -> tuple[Decision, ProjectedEvent | None]:
+def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known | None,
+           want_event: bool) -> tuple[Decision, ProjectedEvent | None]:
     try:
         event = decode_event(value)
     except CorruptLog as e:
@@ -95,7 +112,6 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes) -> tuple[Dec
     expected_key = conv + _SEP + (append_id.encode("utf-8") if append_id is not None else b"")
     if key != expected_key:
         return _corrupt("record key does not match the event")
-    created_at = datetime.fromtimestamp(event.created_at_ms / 1000, UTC)
     raw_row = tx.get(keys.conv_key(conv))
     row = keys.ConversationRow.decode(raw_row) if raw_row is not None else None
 
@@ -104,7 +120,9 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes) -> tuple[Dec
             return Decision(Outcome.DUPLICATE), None
         full.clear(tx, conv)
         tx.put(keys.conv_key(conv), keys.ConversationRow(closed=True).encode())
-        return Decision(Outcome.CLEARED), ClearEvent(conversation_id, position, created_at)
+        if not want_event:
+            return Decision(Outcome.CLEARED), None
+        return Decision(Outcome.CLEARED), ClearEvent(conversation_id, position, _time(event.created_at_ms))
 
     assert append_id is not None  # Invariant: only BatchAppended reaches here.
     if digest_of(event.messages) != event.digest:
@@ -116,14 +134,14 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes) -> tuple[Dec
     if raw_receipt is not None:
         prior = keys.ReceiptRow.decode(raw_receipt)
         if prior.digest == event.digest:
-            original = Receipt(conversation_id, append_id, prior.digest,
-                               LogPosition(prior.partition, prior.offset))
-            return Decision(Outcome.DUPLICATE, receipt=original), None
-        return Decision(Outcome.CONFLICT, existing_digest=prior.digest), None
-    try:
-        batch = Batch.from_canonical(conversation_id, append_id, event.messages)
-    except HistoryError as e:
-        return _corrupt(f"messages are not canonical valid messages: {e}")
+            return Decision(Outcome.DUPLICATE, prior.digest, LogPosition(prior.partition, prior.offset)), None
+        return Decision(Outcome.CONFLICT, prior.digest), None
+    batch = known.get((key, event.digest)) if known else None
+    if batch is None or batch.canonical_json() != event.messages:
+        try:
+            batch = Batch.from_canonical(conversation_id, append_id, event.messages)
+        except HistoryError as e:
+            return _corrupt(f"messages are not canonical valid messages: {e}")
     if len(batch) != event.message_count or batch.content_bytes() != event.content_bytes:
         return _corrupt("message_count or content_bytes does not match the messages")
     row = row or keys.ConversationRow()
@@ -131,6 +149,12 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes) -> tuple[Dec
     tx.put(keys.conv_key(conv), row.encode())
     tx.put(rkey, keys.ReceiptRow(event.digest, position.partition, position.offset, first_seq,
                                  len(batch)).encode())
-    receipt = Receipt(conversation_id, append_id, event.digest, position)
-    return Decision(Outcome.ACCEPTED, receipt=receipt), BatchEvent(
-        conversation_id, append_id, batch.messages, event.digest, position, created_at, first_seq)
+    decision = Decision(Outcome.ACCEPTED, event.digest, position)
+    if not want_event:
+        return decision, None
+    return decision, BatchEvent(conversation_id, append_id, batch.messages, event.digest, position,
+                                _time(event.created_at_ms), first_seq)
+
+
+def _time(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)

@@ -24,7 +24,7 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch, created
     Returns the first sequence number assigned.
     """
     first_seq = seq = row.next_seq
-    append_id = str(batch.append_id)
+    aid = batch.append_id.encode("utf-8")
     for index, message in enumerate(batch.messages):
         role = keys.ROLE_CODES[message.role]
         if role == _USER:
@@ -36,11 +36,10 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch, created
                 tx.put(keys.turn_key(conv, 0), keys.u64(seq))
             if role != _SYSTEM and row.turn == 0 and row.turns == 0:
                 row.turns = 1
-        interrupted = message.metadata.get("interrupted") == "true"
+        flags = keys.FLAG_INTERRUPTED if message.metadata.get("interrupted") == "true" else 0
         content = message.content_bytes()
-        tx.put(keys.message_key(conv, seq), keys.MessageRow(
-            row.turn, created_at_ms, index, role, keys.FLAG_INTERRUPTED if interrupted else 0,
-            content, append_id, message.canonical_json()).encode())
+        tx.put(keys.message_key(conv, seq), keys.MessageRow.pack(
+            row.turn, created_at_ms, index, role, flags, content, aid, message.canonical_json()))
         if role == _SYSTEM:
             tx.put(keys.system_key(conv, seq), b"")
         row.messages += 1

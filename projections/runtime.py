@@ -13,15 +13,17 @@ itself stops the projector (``failure``): waiters are woken and get the error.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from projections import keys
-from projections.admission import Decision, admit
+from projections.admission import Decision, Known, admit
 from projections.store import StateStore
+from schemas.batch import Batch
 from schemas.positions import LogPosition
 
 __all__ = ["CORE", "CursorLike", "Projector", "RecordLike", "checkpoints"]
@@ -29,7 +31,7 @@ __all__ = ["CORE", "CursorLike", "Projector", "RecordLike", "checkpoints"]
 log = logging.getLogger("histlog.projector")
 
 CORE = "core"  # the checkpoint name of admission + the built-in read projections
-_RECENT_DECISIONS = 65536
+_RECENT_DECISIONS = 16384
 _POLL_TIMEOUT = 0.5
 _MAX_RECORDS = 2000
 
@@ -73,6 +75,7 @@ class Projector:
         self._thread: threading.Thread | None = None
         self._cursor: CursorLike | None = None
         self._stopping = False
+        self._known: Known = {}
         self.failure: BaseException | None = None
         self.poll_error: BaseException | None = None
 
@@ -130,7 +133,7 @@ class Projector:
             p, o = r.partition, r.offset
             if o < applied[p]:
                 continue  # Invariant: replays after a seek never apply a record twice.
-            decision, _event = admit(tx, stats, LogPosition(p, o), r.key, r.value)
+            decision, _event = admit(tx, stats, LogPosition(p, o), r.key, r.value, known=self._known)
             applied[p] = o + 1
             decided.append(((p, o), decision))
         if not decided:
@@ -151,6 +154,18 @@ class Projector:
             self._cond.notify_all()
 
     # -- waiting and reading -----------------------------------------------------------------
+    @contextlib.contextmanager
+    def expecting(self, key: bytes, batch: Batch) -> Iterator[None]:
+        """Tell the projector that this process is appending ``batch`` under ``key``: it is
+        validated already, so its record is applied without parsing the bytes again (they are
+        still compared with the batch's canonical bytes)."""
+        entry = (key, batch.digest)
+        self._known[entry] = batch
+        try:
+            yield
+        finally:
+            self._known.pop(entry, None)
+
     def applied_offsets(self) -> list[int]:
         with self._cond:
             return list(self._applied)

@@ -727,14 +727,19 @@ class Message(_Model):
             tree["metadata"] = _meta_fragments(self.metadata)
         return tree
 
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        # Without message metadata the content is the canonical JSON itself; otherwise it is
+        # computed on first use (-1 = not yet). Set here so reads never miss the slot.
+        object.__setattr__(self, "_content_bytes", -1 if self.metadata else len(self.canonical_json()))
+
     def content_bytes(self) -> int:
         """Length of the canonical JSON without message-level metadata (cached)."""
-        try:
-            return self._content_bytes  # type: ignore[attr-defined,no-any-return]
-        except AttributeError:
-            size = len(dumps(self._tree_without_metadata())) if self.metadata else len(self.canonical_json())
+        size: int = self._content_bytes  # type: ignore[attr-defined]
+        if size < 0:
+            size = len(dumps(self._tree_without_metadata()))
             object.__setattr__(self, "_content_bytes", size)
-            return size
+        return size
 
     def content_json(self) -> bytes:
         """The canonical JSON without message-level metadata (what ``content_bytes`` measures)."""

@@ -1,0 +1,226 @@
+"""Engine benchmark (issue 3): durable appends, replay, read latency — each against a baseline
+measured in the same run.
+
+Run ``python -m bench.bench_engine [--quick]`` (or ``histlog bench``). Prints a table and one
+JSON line. Cases:
+
+* **appends/s** with fsync ``always`` at 1, 16 and 64 concurrent writer threads, 2-message
+  batches, through ``HistoryEngine.append`` (validate, encode, group-committed log append,
+  wait for the projector's decision) vs raw ``FileLog.append`` of the same encoded events at
+  the same concurrency, and vs the ``eventsourcing`` library on SQLite doing the equivalent
+  work (load the conversation aggregate, dedup by append id, record the event, save).
+* **replay**: rebuild the state from N batches on the log vs a raw scan + decode of the log.
+* **read latency** p50/p99 of ``read`` and ``window(limit=20)`` on conversations of 100 and
+  10,000 messages.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from engine import HistoryEngine
+from engine.log.base import record_key
+from engine.log.file import FileLog
+from schemas import Batch, Message
+from schemas.events import BatchAppended, decode_event, encode_event
+
+__all__ = ["run"]
+
+
+def _batch(conv: str, aid: str) -> Batch:
+    return Batch(conv, aid, [Message.user(f"what is the status of order {aid}?"),
+                             Message.assistant(f"Order {aid} shipped yesterday; it arrives Friday.")])
+
+
+def _threads(n: int, per_thread: int, fn: Callable[[int, int], object]) -> float:
+    """Run ``fn(thread, i)`` ``per_thread`` times in each of ``n`` threads; returns ops/s."""
+    barrier = threading.Barrier(n + 1)
+
+    def work(t: int) -> None:
+        barrier.wait()
+        for i in range(per_thread):
+            fn(t, i)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for th in threads:
+        th.join()
+    return n * per_thread / (time.perf_counter() - start)
+
+
+try:  # the peer library, defined once at import (it registers aggregate topics globally)
+    from eventsourcing.application import Application
+    from eventsourcing.domain import Aggregate, event
+
+    class _Conversation(Aggregate):
+        """A conversation aggregate that dedups appends by id, as histlog's admission does."""
+
+        def __init__(self, name: str) -> None:
+            self.name = name
+            self.appends: dict[str, str] = {}
+
+        @event("Appended")
+        def append(self, append_id: str, digest: str, messages: bytes) -> None:
+            self.appends[append_id] = digest
+
+    class _Histories(Application):  # type: ignore[type-arg]
+        pass
+
+    HAVE_EVENTSOURCING = True
+except ImportError:  # pragma: no cover - the bench extra is not installed
+    HAVE_EVENTSOURCING = False
+
+
+def _eventsourcing_rate(root: Path, writers: int, per_thread: int) -> float | None:
+    """eventsourcing 9 on SQLite: get the aggregate, dedup by append id, record, save."""
+    if not HAVE_EVENTSOURCING:
+        return None
+    app = _Histories(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite",
+                          "SQLITE_DBNAME": str(root / "es.sqlite")})
+    ids = {}
+    for t in range(writers):
+        conv = _Conversation(f"conv-{t}")
+        app.save(conv)
+        ids[t] = conv.id
+    lock = threading.Lock()  # its SQLite recorder takes one writer at a time
+
+    def one(t: int, i: int) -> None:
+        b = _batch(f"conv-{t}", f"a-{t}-{i}")
+        with lock:
+            conv = app.repository.get(ids[t])
+            if str(b.append_id) not in conv.appends:
+                conv.append(str(b.append_id), b.digest, b.canonical_json())
+                app.save(conv)
+
+    rate = _threads(writers, per_thread, one)
+    app.close()
+    return rate
+
+
+def _appends(root: Path, writers: int, total: int) -> dict[str, Any]:
+    per_thread = max(total // writers, 1)
+    eng_dir = root / f"eng-{writers}"
+    with HistoryEngine.open(eng_dir) as engine:
+        engine_rate = _threads(writers, per_thread,
+                               lambda t, i: engine.append(_batch(f"conv-{t % 8}", f"a-{t}-{i}")))
+    raw = FileLog(root / f"raw-{writers}", 1)
+
+    def raw_one(t: int, i: int) -> None:  # the same work minus the projector round trip
+        b = _batch(f"conv-{t % 8}", f"a-{t}-{i}")
+        raw.append(record_key(b.conversation_id, b.append_id), encode_event(BatchAppended(
+            b.conversation_id, b.append_id, b.digest, b.canonical_json(), len(b), b.content_bytes(), 0)))
+
+    raw_rate = _threads(writers, per_thread, raw_one)
+    raw.close()
+    (root / f"es-{writers}").mkdir()
+    es_rate = _eventsourcing_rate(root / f"es-{writers}", writers, max(per_thread // 2, 1))
+    return {"writers": writers, "engine_per_s": round(engine_rate), "raw_filelog_per_s": round(raw_rate),
+            "vs_raw": round(engine_rate / raw_rate, 3),
+            "eventsourcing_sqlite_per_s": round(es_rate) if es_rate else None,
+            "vs_eventsourcing": round(engine_rate / es_rate, 1) if es_rate else None}
+
+
+def _replay(root: Path, batches: int, progress: bool) -> dict[str, Any]:
+    data = root / "replay"
+    log = FileLog(data / "log", 1, fsync="never")
+    for i in range(batches):
+        b = _batch(f"conv-{i % 1000}", f"a-{i}")
+        log.append(record_key(b.conversation_id, b.append_id), encode_event(BatchAppended(
+            b.conversation_id, b.append_id, b.digest, b.canonical_json(), len(b), b.content_bytes(),
+            1_767_225_600_000 + i)))
+    # Ceiling: raw scan + decode of every record.
+    start = time.perf_counter()
+    offset = n = 0
+    while True:
+        records = log.read(0, offset, 5000)
+        if not records:
+            break
+        for r in records:
+            decode_event(r.value)
+        n += len(records)
+        offset = records[-1].offset + 1
+    scan_rate = n / (time.perf_counter() - start)
+    log.close()
+
+    def show(done: int, total: int) -> None:
+        if progress:
+            print(f"\r  replay {done}/{total}", end="", file=sys.stderr, flush=True)
+
+    start = time.perf_counter()
+    with HistoryEngine.open(data, progress=show) as engine:
+        replay_rate = batches / (time.perf_counter() - start)
+        assert engine.stats().accepted == batches  # Invariant: the replay applied every batch.
+    if progress:
+        print(file=sys.stderr)
+    return {"batches": batches, "replay_batches_per_s": round(replay_rate),
+            "raw_scan_decode_per_s": round(scan_rate), "vs_raw_scan": round(replay_rate / scan_rate, 3)}
+
+
+def _latency(fn: Callable[[], object], n: int) -> tuple[float, float]:
+    samples = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - t) / 1000)
+    samples.sort()
+    return statistics.median(samples), samples[min(int(n * 0.99), n - 1)]
+
+
+def _reads(root: Path, sizes: list[int], n: int) -> list[dict[str, Any]]:
+    out = []
+    with HistoryEngine.open(root / "reads", fsync="never") as engine:
+        for size in sizes:
+            conv = f"conv-{size}"
+            for i in range(size // 2):
+                engine.append(_batch(conv, f"a-{i}"))
+            r50, r99 = _latency(lambda c=conv: engine.read(c), max(n // max(size // 100, 1), 20))
+            w50, w99 = _latency(lambda c=conv: engine.window(c, 20), n)
+            out.append({"messages": size, "read_p50_us": round(r50), "read_p99_us": round(r99),
+                        "window20_p50_us": round(w50), "window20_p99_us": round(w99)})
+    return out
+
+
+def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="histlog-bench-"))
+    try:
+        total = 2000 if quick else 8000
+        appends = [_appends(root, w, total) for w in (1, 16, 64)]
+        replay = _replay(root, 20_000 if quick else 200_000, progress)
+        reads = _reads(root, [100, 10_000] if not quick else [100, 2_000], 200 if quick else 1000)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    result = {"appends": appends, "replay": replay, "reads": reads}
+    _print(result)
+    return result
+
+
+def _print(result: dict[str, Any]) -> None:
+    print("durable appends/s (fsync=always, 2-message batches)")
+    print(f"  {'writers':>7} {'engine':>9} {'raw FileLog':>12} {'ratio':>6} {'eventsourcing':>14} {'ratio':>6}")
+    for a in result["appends"]:
+        print(f"  {a['writers']:>7} {a['engine_per_s']:>9} {a['raw_filelog_per_s']:>12} {a['vs_raw']:>6} "
+              f"{a['eventsourcing_sqlite_per_s'] or '-':>14} {a['vs_eventsourcing'] or '-':>6}")
+    r = result["replay"]
+    print(f"replay: {r['batches']} batches at {r['replay_batches_per_s']}/s "
+          f"(raw scan+decode {r['raw_scan_decode_per_s']}/s, ratio {r['vs_raw_scan']})")
+    print("read latency (µs)")
+    for x in result["reads"]:
+        print(f"  {x['messages']:>6} messages: read p50 {x['read_p50_us']} p99 {x['read_p99_us']}; "
+              f"window(20) p50 {x['window20_p50_us']} p99 {x['window20_p99_us']}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    run(quick="--quick" in sys.argv)
