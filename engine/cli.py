@@ -1,0 +1,823 @@
+"""``histlog``: the command-line face of ``HistoryEngine`` (docs/cli.md).
+
+Each command resolves where the history lives (``--data`` or ``--kafka/--topic/--state``,
+flags over ``HISTLOG_*`` environment variables), opens the engine, calls one library method
+and formats the result. Errors are translated to exit codes in one place (``exit_code``):
+
+====  ============================================================================
+0     ok
+1     anything else (a damaged log, an unexpected error): one line saying what to do
+2     bad input: one clear line on stderr (``histlog: error: ...``), never a traceback
+3     conflict or closed (``AppendConflict``, ``ConversationClosed``)
+4     backend unavailable (``LogUnavailable``, ``CommitUnconfirmed``, a locked data dir)
+====  ============================================================================
+
+``HISTLOG_DEBUG=1`` prints the traceback of an unexpected error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
+
+from schemas.errors import (
+    AppendConflict,
+    CommitUnconfirmed,
+    ConversationClosed,
+    CorruptLog,
+    HistoryError,
+    InvalidAppendID,
+    InvalidBatch,
+    InvalidConversationID,
+    InvalidMessage,
+    InvalidReceipt,
+    InvalidWindow,
+    LogUnavailable,
+    NotFound,
+    WindowTooSmall,
+)
+from schemas.ids import ConversationID
+from schemas.messages import Message, Role, TextPart
+from schemas.positions import HistoryPosition
+
+if TYPE_CHECKING:  # pragma: no cover
+    from engine.facade import HistoryEngine
+    from engine.log.base import Record
+    from schemas.batch import StoredMessage
+
+__all__ = ["DEFAULT_DATA", "DEFAULT_TOPIC", "ProgressBar", "Target", "build_parser", "exit_code", "main",
+           "render_message"]
+
+DEFAULT_DATA = "./histlog-data"
+DEFAULT_TOPIC = "histlog.events"
+
+OK, FAILED, BAD_INPUT, CONFLICT, UNAVAILABLE = 0, 1, 2, 3, 4
+
+
+# --------------------------------------------------------------------------- errors and exit codes
+
+
+class UsageError(Exception):
+    """Bad command-line input found by the CLI itself (exit 2)."""
+
+
+class Unsupported(Exception):
+    """A command this version cannot run (a missing library piece): exit 2, said plainly."""
+
+
+_BAD_INPUT: tuple[type[BaseException], ...] = (
+    UsageError, Unsupported, InvalidConversationID, InvalidAppendID, InvalidMessage, InvalidBatch,
+    InvalidReceipt, InvalidWindow, WindowTooSmall, NotFound,
+)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The exit code for an error (see the module docstring)."""
+    if isinstance(exc, _BAD_INPUT):
+        return BAD_INPUT
+    if isinstance(exc, AppendConflict | ConversationClosed):
+        return CONFLICT
+    if isinstance(exc, LogUnavailable | CommitUnconfirmed):
+        return UNAVAILABLE
+    return FAILED
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _error_line(exc: BaseException) -> str:
+    if isinstance(exc, CorruptLog):
+        return (f"the log is damaged: {_one_line(str(exc))} "
+                "(run `histlog log verify` to see where; restore the damaged file from a backup)")
+    if isinstance(exc, HistoryError | UsageError | Unsupported):
+        return _one_line(str(exc)) or type(exc).__name__
+    if isinstance(exc, OSError):
+        return _one_line(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+    return (f"unexpected error: {type(exc).__name__}: {_one_line(str(exc))} "
+            "(set HISTLOG_DEBUG=1 to see the traceback)")
+
+
+def _report(exc: BaseException) -> int:
+    if os.environ.get("HISTLOG_DEBUG"):
+        traceback.print_exception(exc, file=sys.stderr)
+    print(f"histlog: error: {_error_line(exc)}", file=sys.stderr)
+    return exit_code(exc)
+
+
+# --------------------------------------------------------------------------- progress bar
+
+
+class ProgressBar:
+    """A dependency-free progress bar on a stream (stderr by default).
+
+    On a TTY it redraws one line with ``\\r``; otherwise it prints a line each time another
+    ~10% is done, so logs stay short. Call it with ``(done, total)``; ``finish()`` ends it.
+    """
+
+    WIDTH = 30
+
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._decile = -1
+        self._last = (-1, -1)
+        self._drawn = False
+        self._started = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        if (done, total) == self._last:
+            return
+        self._last = (done, total)
+        if total <= 0:  # nothing left to replay when it started
+            if self._decile < 10:
+                self._decile = 10
+                line = f"{self.label}: up to date"
+                self.stream.write("\r" + line if self.tty else line + "\n")
+                self._drawn = self.tty
+                self.stream.flush()
+            return
+        fraction = min(max(done / total, 0.0), 1.0)
+        if self.tty:
+            filled = int(fraction * self.WIDTH)
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            self.stream.write(f"\r{self.label} [{bar}] {fraction:4.0%} {done}/{total}")
+            self._drawn = True
+        else:
+            decile = int(fraction * 10)
+            if decile > self._decile:
+                self._decile = decile
+                self.stream.write(f"{self.label}: {fraction:.0%} ({done}/{total})\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.tty and self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+        self._drawn = False
+
+
+# --------------------------------------------------------------------------- where the history lives
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where the history lives: the embedded data dir, or Kafka plus this instance's state dir."""
+
+    data: Path | None
+    kafka: str | None = None
+    topic: str = DEFAULT_TOPIC
+    state: Path | None = None
+
+    @property
+    def embedded(self) -> bool:
+        return self.kafka is None
+
+    @property
+    def state_dir(self) -> Path:
+        if self.kafka is None:
+            assert self.data is not None  # Invariant: an embedded target always has a data dir.
+            return self.data / "state"
+        assert self.state is not None  # Invariant: resolve() refuses Kafka without --state.
+        return self.state
+
+    def describe(self) -> str:
+        if self.kafka is None:
+            return f"embedded data dir {self.data}"
+        return f"Kafka {self.kafka} topic {self.topic} (state {self.state})"
+
+    def open(self, *, progress: Callable[[int, int], None] | None = None) -> HistoryEngine:
+        """Open the engine on this target (the one place the CLI opens one)."""
+        from engine.facade import HistoryEngine
+
+        if self.kafka is None:
+            return HistoryEngine.open(self.data, progress=progress)
+        return HistoryEngine.open(kafka=self.kafka, topic=self.topic, state_dir=self.state, progress=progress)
+
+
+def resolve(ns: argparse.Namespace, env: dict[str, str] | os._Environ[str] | None = None) -> Target:
+    """Flags win over ``HISTLOG_*`` environment variables; an explicit ``--data`` means embedded."""
+    env = os.environ if env is None else env
+    data_flag: str | None = getattr(ns, "data", None)
+    kafka_flag: str | None = getattr(ns, "kafka", None)
+    topic_flag: str | None = getattr(ns, "topic", None)
+    state_flag: str | None = getattr(ns, "state", None)
+    if data_flag is not None and kafka_flag is not None:
+        raise UsageError("give either --data DIR (embedded) or --kafka HOST:PORT, not both")
+    kafka = kafka_flag
+    if kafka is None and data_flag is None:
+        kafka = env.get("HISTLOG_KAFKA")
+    if kafka:
+        if ":" not in kafka:
+            raise UsageError(f"invalid --kafka {kafka!r}: expected HOST:PORT, e.g. localhost:9092")
+        state = state_flag or env.get("HISTLOG_STATE")
+        if not state:
+            raise UsageError("--kafka needs --state DIR (or HISTLOG_STATE): "
+                             "where this instance keeps its state")
+        topic = topic_flag or env.get("HISTLOG_TOPIC") or DEFAULT_TOPIC
+        return Target(None, kafka, topic, Path(state))
+    if state_flag is not None:
+        raise UsageError("--state applies to --kafka only (the embedded state is DATA/state)")
+    if topic_flag is not None:
+        raise UsageError("--topic applies to --kafka only")
+    return Target(Path(data_flag or env.get("HISTLOG_DATA") or DEFAULT_DATA))
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _part_text(part: Any) -> str:
+    kind = part.kind
+    if kind == "text":
+        return str(part.text)
+    if kind == "tool_call":
+        return f"→ {part.name}({part.arguments})"
+    if kind == "tool_result":
+        content = " ".join(str(getattr(c, "text", f"<{c.kind}>")) for c in part.output.content)
+        if part.output.details is not None:
+            content = (content + " " if content else "") + str(part.output.details)
+        return f"← {part.name}{' [error]' if part.is_error else ''}: {content}"
+    if kind == "media":
+        return f"<media {part.media.mime_type}>"
+    if kind == "reasoning":
+        return f"(reasoning: {part.text})" if part.text else "(reasoning)"
+    if kind == "refusal":
+        return f"(refusal: {part.text})"
+    return f"<{kind}>"
+
+
+def render_message(message: Message, *, width: int | None = None) -> str:
+    """``role: text`` on one line (tool calls as ``→ name(args)``, results as ``← name: ...``)."""
+    body = _one_line(" ".join(_part_text(p) for p in message.parts))
+    if width is not None and len(body) > width:
+        body = body[: width - 1] + "…"
+    return f"{message.role.value}: {body}"
+
+
+def _entry_line(entry: StoredMessage) -> str:
+    return f"[{entry.position}] {render_message(entry.message)}"
+
+
+def _created(entry: StoredMessage) -> str:
+    created = entry.created_at
+    if isinstance(created, datetime):
+        return created.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return str(created)
+
+
+def entry_json(entry: StoredMessage) -> str:
+    """One entry as JSON; the message is embedded as its exact canonical JSON."""
+    return (
+        "{" + f'"append_id":{json.dumps(str(entry.append_id), ensure_ascii=False)},'
+        f'"created_at":{json.dumps(_created(entry))},'
+        f'"id":{json.dumps(str(entry.id), ensure_ascii=False)},'
+        f'"message":{entry.message.model_dump_json()},'
+        f'"position":{json.dumps(str(entry.position))}' + "}"
+    )
+
+
+def _json_array(items: Iterable[str]) -> str:
+    return "[" + ",".join(items) + "]"
+
+
+def _receipt_json(receipt: Any) -> str:
+    raw = receipt.to_json()
+    text = raw.decode() if isinstance(raw, bytes | bytearray) else str(raw)
+    return _one_line(text) if "\n" in text else text
+
+
+# --------------------------------------------------------------------------- commands
+
+
+Out = TextIO
+
+
+def _print(out: Out, *lines: str) -> None:
+    for line in lines:
+        out.write(line + "\n")
+
+
+def cmd_demo(ns: argparse.Namespace, out: Out) -> int:
+    """Run the demo; it ignores HISTLOG_* variables (only an explicit --data keeps its files)."""
+    from engine.demo import run_demo
+
+    if getattr(ns, "kafka", None) is not None:
+        raise UsageError("demo runs on the embedded default only; "
+                         "drop --kafka (use --data DIR to keep the files)")
+    data: str | None = getattr(ns, "data", None)
+    if data is not None:
+        return run_demo(Path(data), out)
+    with tempfile.TemporaryDirectory(prefix="histlog-demo-") as tmp:
+        return run_demo(Path(tmp), out, temporary=True)
+
+
+def _load_messages(path: str) -> list[Message]:
+    from schemas.canonical import loads_exact
+
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read --file {path}: {exc.strerror or exc}") from None
+    try:
+        tree = loads_exact(raw)
+    except ValueError as exc:
+        raise UsageError(f"--file {path} is not valid JSON: {_one_line(str(exc))}") from None
+    if isinstance(tree, dict):
+        if set(tree) != {"messages"}:
+            raise UsageError(f'--file {path}: expected a list of messages or {{"messages": [...]}}, '
+                             f"got an object with keys {sorted(tree)}")
+        tree = tree["messages"]
+    if not isinstance(tree, list):
+        raise UsageError(f'--file {path}: expected a list of messages or {{"messages": [...]}}')
+    messages: list[Message] = []
+    for i, item in enumerate(tree):
+        try:
+            messages.append(Message.model_validate(item))
+        except InvalidMessage as exc:
+            raise InvalidMessage(f"--file {path}: messages[{i}]: {_one_line(str(exc))}") from None
+    return messages
+
+
+def cmd_append(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    from schemas.batch import Batch
+
+    if ns.file is not None:
+        if ns.role is not None:
+            raise UsageError("--role goes with --text; a --file gives each message's role")
+        messages = _load_messages(ns.file)
+    else:
+        role = ns.role or "user"
+        if role not in {r.value for r in Role}:
+            raise UsageError(f"unknown role {role!r}: expected one of system, user, assistant, tool")
+        if role == "tool":
+            raise UsageError("--role tool needs a tool result; use --file with a tool_result part")
+        messages = [Message(role, [TextPart(ns.text)])]
+    batch = Batch(ns.conversation, ns.append_id, messages)  # validates before any I/O
+    with target.open() as engine:
+        receipt = engine.append(batch)
+    _print(out, _receipt_json(receipt))
+    return OK
+
+
+def _parse_after(text: str | None) -> HistoryPosition | None:
+    if text is None:
+        return None
+    try:
+        return HistoryPosition.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"invalid --after: {exc}") from None
+
+
+def cmd_read(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    conversation = ConversationID(ns.conversation)
+    after = _parse_after(ns.after)
+    if ns.unit is not None and ns.max_bytes is None:
+        raise UsageError("--unit goes with --max-bytes")
+    if ns.window is not None:
+        if after is not None:
+            raise UsageError("--after cannot be combined with --window (a window is the newest whole turns)")
+        if ns.window <= 0:
+            raise InvalidWindow(f"invalid --window {ns.window}: "
+                                "the limit must be a positive number of messages")
+        return _read_window(target, conversation, ns.window, ns.json, out)
+    if ns.max_bytes is not None:
+        return _read_budget(target, conversation, ns.max_bytes, after, ns.unit or "turn", ns.json, out)
+    with target.open() as engine:
+        entries = engine.entries(conversation, after=after)
+    if ns.json:
+        _print(out, _json_array(entry_json(e) for e in entries))
+    else:
+        _print(out, *(_entry_line(e) for e in entries))
+    return OK
+
+
+def _read_window(target: Target, conversation: ConversationID, limit: int, as_json: bool, out: Out) -> int:
+    with target.open() as engine:
+        window = engine.window(conversation, limit)
+        labels = _window_labels(engine, conversation, window) if not as_json else []
+    if as_json:
+        _print(out, _json_array(m.model_dump_json() for m in window))
+        return OK
+    _print(out, *(f"[{label}] {render_message(m)}" for label, m in zip(labels, window, strict=True)))
+    return OK
+
+
+def _window_labels(engine: HistoryEngine, conversation: ConversationID, window: list[Message]) -> list[str]:
+    """Positions of the window's messages: its non-system messages are the newest stored ones."""
+    labels = ["-"] * len(window)
+    stored = [e for e in engine.entries(conversation) if e.message.role is not Role.SYSTEM]
+    tail = [i for i, m in enumerate(window) if m.role is not Role.SYSTEM]
+    if tail and len(tail) <= len(stored):
+        for i, entry in zip(tail, stored[len(stored) - len(tail):], strict=True):
+            if entry.message == window[i]:
+                labels[i] = str(entry.position)
+    for i, m in enumerate(window):
+        if m.role is Role.SYSTEM:
+            labels[i] = "system"
+    return labels
+
+
+def _read_budget(target: Target, conversation: ConversationID, max_bytes: int, after: HistoryPosition | None,
+                 unit: str, as_json: bool, out: Out) -> int:
+    from engine.facade import HistoryEngine
+
+    if not hasattr(HistoryEngine, "read_within_bytes"):
+        raise Unsupported("read --max-bytes needs HistoryEngine.read_within_bytes, "
+                          "which is not available in this version of histlog")
+    with target.open() as engine:
+        load = engine.read_within_bytes(  # type: ignore[attr-defined]
+            conversation, max_bytes, after=after or HistoryPosition.START, unit=unit)
+    entries: list[StoredMessage] = list(load.messages)
+    if as_json:
+        _print(out, '{"entries":' + _json_array(entry_json(e) for e in entries)
+               + f',"truncated":{json.dumps(bool(load.truncated))}' + "}")
+        return OK
+    if load.truncated:
+        _print(out, "… older messages left out (over the byte budget)")
+    _print(out, *(_entry_line(e) for e in entries))
+    return OK
+
+
+def cmd_list(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    with target.open() as engine:
+        conversations = engine.conversations()
+    if ns.json:
+        _print(out, json.dumps([str(c) for c in conversations], ensure_ascii=False))
+    else:
+        _print(out, *conversations)
+    return OK
+
+
+def cmd_clear(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    conversation = ConversationID(ns.conversation)
+    with target.open() as engine:
+        engine.clear(conversation)
+    _print(out, f"cleared {conversation} (closed forever: later appends to it are refused)")
+    return OK
+
+
+def stats_json(engine: HistoryEngine) -> dict[str, Any]:
+    stats = asdict(engine.stats())
+    stats["poison"] = [{"position": str(pos), "reason": reason} for pos, reason in engine.poison()]
+    return stats
+
+
+def stats_lines(stats: dict[str, Any]) -> list[str]:
+    lines = [f"{'partition':>9}  {'end':>10}  {'applied':>10}  {'lag':>8}"]
+    for p, (end, applied, lag) in enumerate(zip(stats["end_offsets"], stats["applied_offsets"], stats["lag"],
+                                                 strict=True)):
+        lines.append(f"{p:>9}  {end:>10}  {applied:>10}  {lag:>8}")
+    lines.append("")
+    for name in ("accepted", "duplicates", "conflicts", "rejected_closed", "corrupt"):
+        lines.append(f"{name:<16} {stats[name]:>8}")
+    for item in stats["poison"]:
+        lines.append(f"poison at {item['position']}: {item['reason']}")
+    return lines
+
+
+def cmd_stats(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    with target.open() as engine:
+        stats = stats_json(engine)
+    if ns.json:
+        _print(out, json.dumps(stats, ensure_ascii=False))
+    else:
+        _print(out, *stats_lines(stats))
+    return OK
+
+
+# ----- tail
+
+
+def _record_line(record: Record) -> str:
+    from schemas.events import BatchAppended, decode_event
+
+    when = datetime.fromtimestamp(record.timestamp_ms / 1000, UTC).isoformat(timespec="milliseconds")
+    head = f"{record.partition}:{record.offset}  {when.replace('+00:00', 'Z')}"
+    try:
+        event = decode_event(record.value)
+    except HistoryError as exc:
+        return f"{head}  poison  {_one_line(str(exc))}"
+    if isinstance(event, BatchAppended):
+        n = event.message_count
+        return (f"{head}  append  {event.conversation_id}  {event.append_id}  "
+                f"{n} message{'s' if n != 1 else ''}  {event.digest[:19]}…")
+    return f"{head}  clear   {event.conversation_id}"
+
+
+def _last_records(engine: HistoryEngine, n: int) -> list[Record]:
+    records: list[Record] = []
+    for partition, end in enumerate(engine.log.end_offsets()):
+        offset = max(end - n, 0)
+        while offset < end:
+            chunk = engine.log.read(partition, offset, max_records=min(n, 1000))
+            if not chunk:
+                break
+            records.extend(chunk)
+            offset = chunk[-1].offset + 1
+    records.sort(key=lambda r: (r.timestamp_ms, r.partition, r.offset))
+    return records[-n:] if n else []
+
+
+def cmd_tail(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    if ns.lines < 0:
+        raise UsageError(f"invalid --lines {ns.lines}: expected a number >= 0")
+    with target.open() as engine:
+        if not ns.follow:
+            _print(out, *(_record_line(r) for r in _last_records(engine, ns.lines)))
+            return OK
+        return _follow(engine, target, out)
+
+
+def _follow(engine: HistoryEngine, target: Target, out: Out) -> int:
+    """Print accepted messages (and clears) as this instance applies them, until Ctrl-C / SIGTERM."""
+    from schemas.events import BatchAppended, decode_event
+
+    stop = threading.Event()
+    cursor = engine.log.cursor(dict(enumerate(engine.log.end_offsets())))
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+        cursor.wakeup()
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, on_term)
+    print(f"histlog: following {target.describe()} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+    try:
+        while not stop.is_set():
+            records = cursor.poll(0.5)
+            if not records:
+                continue
+            engine.catch_up(timeout=30.0)
+            for record in records:
+                try:
+                    event = decode_event(record.value)
+                except HistoryError as exc:
+                    where = f"{record.partition}:{record.offset}"
+                    _print(out, f"poison record at {where} skipped: {_one_line(str(exc))}")
+                    continue
+                if not isinstance(event, BatchAppended):
+                    _print(out, f"{event.conversation_id}  cleared")
+                    continue
+                for entry in engine.entries(event.conversation_id):
+                    created_ms = round(entry.created_at.timestamp() * 1000) if isinstance(
+                        entry.created_at, datetime) else None
+                    if entry.append_id == event.append_id and created_ms in (None, event.created_at_ms):
+                        _print(out, f"{event.conversation_id}  {_entry_line(entry)}")
+            out.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        cursor.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return OK
+
+
+# ----- rebuild, replay, verify, bench
+
+
+def cmd_rebuild(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    # Opening first proves that no other process is using this data dir / state dir.
+    target.open().close()
+    state = target.state_dir
+    if state.exists():
+        shutil.rmtree(state)
+    bar = ProgressBar("rebuild")
+    started = time.monotonic()
+    try:
+        engine = target.open(progress=bar)
+    finally:
+        bar.finish()
+    with engine:
+        elapsed = time.monotonic() - started
+        stats = engine.stats()
+    records = sum(stats.applied_offsets)
+    rate = records / elapsed if elapsed > 0 else float("inf")
+    _print(out, f"rebuild: replayed {records} records into {state} "
+                f"in {elapsed:.2f} s ({rate:,.0f} records/s)",
+           f"rebuild: accepted {stats.accepted}, duplicates {stats.duplicates}, conflicts {stats.conflicts}, "
+           f"rejected (closed) {stats.rejected_closed}, poison {stats.corrupt}")
+    return OK
+
+
+def cmd_replay(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    raise Unsupported(f"replay --projection {ns.projection}: custom projections (HistoryEngine.register / "
+                      "rebuild) are not available in this version of histlog")
+
+
+def cmd_log_verify(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    if not target.embedded:
+        raise UsageError("log verify checks the embedded file log only (--data DIR); "
+                         "Kafka keeps its own checks")
+    try:
+        from engine.log.verify import verify
+    except ImportError:
+        raise Unsupported("log verify needs engine.log.verify, "
+                          "which is not available in this version") from None
+    assert target.data is not None  # Invariant: embedded targets have a data dir.
+    log_dir = target.data / "log"
+    if not log_dir.is_dir():
+        raise UsageError(f"no file log at {log_dir}: is --data pointing at a histlog data dir?")
+    report = verify(log_dir)
+    _print(out, report.summary())
+    if not report.clean:
+        hint = ("opening the log will cut the torn tail (those records were never acknowledged)" if report.ok
+                else "the engine will refuse to open: restore the named files from a backup")
+        print(f"histlog: log verify found damage: {hint}", file=sys.stderr)
+    return OK if report.clean else FAILED
+
+
+def cmd_bench(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    try:
+        bench = importlib.import_module("bench")
+    except ModuleNotFoundError:
+        bench = None
+    run_all = getattr(bench, "run_all", None)
+    if run_all is None:
+        raise Unsupported("bench needs bench.run_all, which is not available in this version of histlog")
+    result: object = run_all()
+    return result if isinstance(result, int) and not isinstance(result, bool) else OK
+
+
+# --------------------------------------------------------------------------- parser
+
+
+def _needs_subcommand(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    raise UsageError("this command needs a subcommand")  # argparse already requires one
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line (``UsageError``) instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+Handler = Callable[[argparse.Namespace, Target, Out], int]
+
+
+def _global_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("where the history lives (also accepted before the command)")
+    group.add_argument("--data", metavar="DIR", default=argparse.SUPPRESS,
+                       help=f"embedded data dir: file log + state (env HISTLOG_DATA, default {DEFAULT_DATA})")
+    group.add_argument("--kafka", metavar="HOST:PORT", default=argparse.SUPPRESS,
+                       help="use Apache Kafka instead (env HISTLOG_KAFKA)")
+    group.add_argument("--topic", metavar="T", default=argparse.SUPPRESS,
+                       help=f"Kafka topic (env HISTLOG_TOPIC, default {DEFAULT_TOPIC})")
+    group.add_argument("--state", metavar="DIR", default=argparse.SUPPRESS,
+                       help="this instance's state dir with --kafka (env HISTLOG_STATE)")
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``histlog`` argument parser (docs/cli.md has one section per subcommand)."""
+    parser = _Parser(
+        prog="histlog",
+        description="Event-sourced conversation history: an append-only log and its projections.",
+        epilog="exit codes: 0 ok, 1 other failure, 2 bad input, 3 conflict or closed, 4 backend unavailable. "
+               "HISTLOG_DEBUG=1 shows tracebacks of unexpected errors.",
+    )
+    _global_options(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser, required=True)
+
+    def command(name: str, handler: Callable[..., int], help_: str, description: str = "",
+                into: Any = sub) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = into.add_parser(name, help=help_, description=description or help_)
+        _global_options(p)
+        p.set_defaults(handler=handler)
+        return p
+
+    command("demo", cmd_demo, "run a scripted support-bot conversation and show what histlog does",
+            "Run a scripted multi-turn support-bot conversation (with tool calls) on the embedded default: "
+            "appends and receipts, an idempotent retry, a conflict, a window, a clear, stats and a rebuild "
+            "from the log. It uses a fresh temporary directory (deleted at exit) unless --data DIR is "
+            "given on the command line (HISTLOG_DATA is ignored here, so a demo never writes into your "
+            "history by accident). Exits non-zero if the rebuilt state differs.")
+
+    p = command("append", cmd_append, "append one batch atomically and print its receipt as JSON",
+                "Append one batch atomically and idempotently; prints the receipt as one JSON line. "
+                'A --file holds a JSON list of messages or {"messages": [...]} (the message JSON of '
+                "docs/cli.md). Re-running the same append prints the same receipt.")
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("append_id", metavar="APPEND_ID")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--text", metavar="TEXT", help="one message with this text")
+    what.add_argument("--file", metavar="BATCH.json", help='a JSON list of messages, or {"messages": [...]}')
+    p.add_argument("--role", metavar="ROLE",
+                   help="role of the --text message: user (default), assistant, system")
+
+    p = command("read", cmd_read, "print a conversation, or a window of it",
+                "Print a conversation: one line per message, [TURN:SEQ] role: text. "
+                "--json prints a JSON array of entries (position, id, append_id, created_at, message); "
+                "with --window, a JSON array of messages; with --max-bytes, "
+                '{"entries": [...], "truncated": bool}.')
+    p.add_argument("conversation", metavar="CONVERSATION")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--window", metavar="N", type=_integer,
+                     help="only the newest whole turns within N messages (system messages merged first)")
+    how.add_argument("--max-bytes", metavar="B", type=_integer,
+                     help="only the newest units within a budget of B content bytes")
+    p.add_argument("--unit", choices=("turn", "message"), help="with --max-bytes: keep whole turns (default) "
+                   "or single messages")
+    p.add_argument("--after", metavar="TURN:SEQ", help="only messages after this position (exclusive)")
+    p.add_argument("--json", action="store_true", help="JSON output")
+
+    p = command("list", cmd_list, "list open conversations in lexical order")
+    p.add_argument("--json", action="store_true", help="a JSON array of ids")
+
+    p = command("clear", cmd_clear, "close a conversation forever (idempotent)",
+                "Close a conversation forever: its messages leave the projections and later appends are "
+                "refused (exit 3). Clearing twice, or clearing an id never written, is fine.")
+    p.add_argument("conversation", metavar="CONVERSATION")
+
+    p = command("stats", cmd_stats, "log offsets, lag and admission counts")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+
+    p = command("tail", cmd_tail, "follow accepted messages as they are applied",
+                "Follow new accepted messages (and clears) as this instance applies them, one line each, "
+                "until Ctrl-C or SIGTERM. --no-follow prints the last --lines records of the log and exits. "
+                "The embedded log has one writer process, so following it is for a data dir nobody else "
+                "holds; with Kafka, tail any number of instances.")
+    p.add_argument("--no-follow", dest="follow", action="store_false",
+                   help="print the last records of the log and exit")
+    p.add_argument("-n", "--lines", metavar="N", type=_integer, default=10,
+                   help="with --no-follow: how many records (default 10)")
+
+    command("rebuild", cmd_rebuild, "rebuild the state from the log, with a progress bar",
+            "Delete the state (DATA/state, or --state with Kafka) and replay the log into a new one, with a "
+            "progress bar on stderr; prints the records replayed and the rate. Nothing else may use the "
+            "data dir meanwhile.")
+
+    p = command("replay", cmd_replay, "replay one custom projection from offset 0 (not available yet)")
+    p.add_argument("--projection", metavar="NAME", required=True)
+
+    p = command("log", _needs_subcommand, "tools for the log itself (log verify)")
+    log_sub = p.add_subparsers(dest="log_command", metavar="LOG_COMMAND", parser_class=_Parser, required=True)
+    command("verify", cmd_log_verify, "check every segment of the embedded file log without changing it",
+            "Walk every segment of the embedded file log read-only and print the report: exit 0 when clean, "
+            "1 when damage is found.", into=log_sub)
+
+    command("bench", cmd_bench, "run the benchmarks (prints a table and a JSON)")
+    return parser
+
+
+def subcommands(parser: argparse.ArgumentParser | None = None) -> list[str]:
+    """Every command path, e.g. ``["demo", "append", ..., "log verify", "bench"]`` (for docs checks)."""
+    parser = parser or build_parser()
+    names: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                nested = subcommands(child)
+                names.extend([f"{name} {n}" for n in nested] if nested else [name])
+    return names
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``histlog``; returns the exit code (see the module docstring)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            ns = build_parser().parse_args(args)
+        except SystemExit as exc:  # --help / --version
+            return exc.code if isinstance(exc.code, int) else OK
+        if ns.command == "demo":
+            return cmd_demo(ns, sys.stdout)  # the demo picks its own (temporary) data dir
+        handler: Handler = ns.handler
+        code: int = handler(ns, resolve(ns), sys.stdout)
+        return code
+    except KeyboardInterrupt:
+        print("histlog: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        return _report(exc)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,201 @@
+"""``histlog demo``: a scripted support-bot conversation that shows what histlog promises.
+
+It walks through, on the embedded default: appends and their receipts, an idempotent retry
+(the same receipt, nothing appended), a conflict (same append id, other content), a window
+that keeps only whole turns, a clear (the conversation is closed forever), the stats, and a
+rebuild of the state from the log that must give the same state. ``run_demo`` returns 0 only
+if every check held.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+from engine.cli import ProgressBar, render_message
+from engine.facade import HistoryEngine
+from schemas.batch import Batch, Receipt
+from schemas.errors import AppendConflict, ConversationClosed, HistoryError
+from schemas.messages import Message, ToolCallPart, ToolOutput, ToolResultPart
+
+__all__ = ["run_demo", "script"]
+
+SYSTEM = ("You are Nova, the support assistant of Parcelly. Be brief and friendly. "
+          "Use the tools to look orders up; never guess a delivery date.")
+
+
+def script(customer: str, other: str) -> list[Batch]:
+    """The demo's batches: one per turn, each the open turn plus the bot's final answer."""
+    return [
+        Batch(customer, "setup", [Message.system(SYSTEM)]),
+        Batch(customer, "turn-1", [
+            Message.user("Hi! My order A1042 was supposed to arrive yesterday. Where is it?"),
+            Message.assistant(ToolCallPart("call_01", "lookup_order",
+                                           '{"order_id": "A1042", "include": ["shipping"]}')),
+            Message.tool(ToolResultPart("call_01", "lookup_order", ToolOutput.text(
+                "status=in_transit carrier=DHL last_scan=Leipzig hub eta=tomorrow 10:00-14:00",
+                details={"order_id": "A1042", "status": "in_transit", "eta": "2025-03-14"}))),
+            Message.assistant("Sorry for the wait! Order A1042 is on its way: DHL scanned it at the "
+                              "Leipzig hub and expects to deliver it tomorrow between 10:00 and 14:00."),
+        ]),
+        Batch(customer, "turn-2", [
+            Message.user("Can you send it to my office instead? Hauptstr. 5, 10115 Berlin."),
+            Message.assistant(ToolCallPart("call_02", "update_address",
+                                           '{"order_id": "A1042", "address": "Hauptstr. 5, 10115 Berlin"}')),
+            Message.tool(ToolResultPart("call_02", "update_address", ToolOutput.text(
+                "accepted: DHL will redirect the parcel", details={"redirect": True}))),
+            Message.assistant("Done: DHL will deliver A1042 to Hauptstr. 5, 10115 Berlin. "
+                              "The delivery window stays the same."),
+        ]),
+        Batch(customer, "turn-3", [
+            Message.user("Perfect, thanks!"),
+            Message.assistant("You're welcome! Anything else I can do for you?"),
+        ]),
+        Batch(other, "turn-1", [
+            Message.user("Please delete my chat history."),
+            Message.assistant("Sure, I have deleted this conversation."),
+        ]),
+    ]
+
+
+class _Demo:
+    def __init__(self, data_dir: Path, out: TextIO, err: TextIO) -> None:
+        self.data_dir = data_dir
+        self.out = out
+        self.err = err
+        self.failures: list[str] = []
+
+    def say(self, line: str = "") -> None:
+        self.out.write(line + "\n")
+        self.out.flush()
+
+    def check(self, ok: bool, what: str) -> bool:
+        if not ok:
+            self.failures.append(what)
+            self.say(f"  ✗ unexpected: {what}")
+        return ok
+
+    @staticmethod
+    def receipt(r: Receipt) -> str:
+        return f"position {r.position}, digest {r.digest[:19]}…"
+
+    def show(self, messages: list[Message], labels: list[str] | None = None) -> None:
+        for i, m in enumerate(messages):
+            label = f"[{labels[i]}] " if labels else ""
+            self.say(f"      {label}{render_message(m, width=100)}")
+
+    def expect_error(self, what: str, kind: type[HistoryError], action: Callable[[], object]) -> None:
+        try:
+            action()
+        except kind as exc:
+            text = " ".join(str(exc).split())
+            self.say(f"  {what} → {kind.__name__} (expected): {text[:150]}{'…' if len(text) > 150 else ''}")
+            return
+        self.check(False, f"{what} did not raise {kind.__name__}")
+
+
+def _snapshot(engine: HistoryEngine, names: list[str]) -> dict[str, list[Message]]:
+    return {c: engine.read(c) for c in sorted(set(names) | set(engine.conversations()))}
+
+
+def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextIO | None = None) -> int:
+    """Run the scripted demo in ``data_dir`` (embedded), writing to ``out``; 0 if every check held.
+
+    The progress bar of the rebuild goes to ``err`` (stderr by default).
+    """
+    d = _Demo(Path(data_dir), out, err if err is not None else sys.stderr)
+    note = " (a temporary directory, deleted at exit)" if temporary else ""
+    d.say(f"histlog demo — embedded file log + RocksDB state in {data_dir}{note}")
+    engine = HistoryEngine.open(data_dir)
+    try:
+        fresh = sum(engine.log.end_offsets()) == 0
+        suffix = "" if fresh else f"-{time.time_ns() // 1_000_000:x}"  # rerun in a used dir: new ids
+        customer, other = f"support-4711{suffix}", f"support-4712{suffix}"
+        batches = script(customer, other)
+        setup, turn1, turn2, turn3, other_turn = batches
+
+        d.say(f"\n1. A support bot appends each turn of {customer!r} as one atomic batch")
+        receipts: dict[str, Receipt] = {}
+        for batch in (setup, turn1, turn2, turn3):
+            receipt = engine.append(batch)
+            receipts[batch.append_id] = receipt
+            d.say(f"  append {batch.append_id:<7} {len(batch)} message{'s' if len(batch) > 1 else ' '} "
+                  f"→ receipt: {d.receipt(receipt)}")
+        entries = engine.entries(customer)
+        d.show([e.message for e in entries], [str(e.position) for e in entries])
+
+        d.say("\n2. The network drops the reply; the bot resends the same batch")
+        end_before = engine.log.end_offsets()
+        again = engine.append(Batch(customer, "turn-1", list(turn1.messages)))
+        same = again == receipts["turn-1"] and engine.log.end_offsets() == end_before
+        if d.check(same, "the retry did not return the original receipt without appending"):
+            d.say(f"  retry  turn-1 → receipt: {d.receipt(again)}  identical ✓ (nothing appended)")
+
+        d.say("\n3. A buggy client reuses append id 'turn-1' for other content")
+        bad = Batch(customer, "turn-1", [Message.user("Where is order B2000?")])
+        d.expect_error("append turn-1 (other content)", AppendConflict, lambda: engine.append(bad))
+
+        d.say("\n4. The model's context: window(limit=6) keeps only whole turns")
+        window = engine.window(customer, 6)
+        d.show(window)
+        d.check(len(window) == 3, f"window(limit=6) returned {len(window)} messages, expected 3")
+        d.say(f"  → {len(window)} of 6: system + turn 3; turn 2 has 4 messages and would make 7, "
+              "so it is left out whole, never split")
+
+        d.say(f"\n5. Another customer, {other!r}, asks to forget their chat")
+        d.say(f"  append turn-1   → receipt: {d.receipt(engine.append(other_turn))}")
+        engine.clear(other)
+        d.say(f"  clear {other} → read() = {engine.read(other)}, listed = {other in engine.conversations()}")
+        late = Batch(other, "turn-2", [Message.user("Hello again?")])
+        d.expect_error(f"append to {other}", ConversationClosed, lambda: engine.append(late))
+
+        d.say("\n6. stats")
+        s = engine.stats()
+        d.say(f"  log end {s.end_offsets}, applied {s.applied_offsets}, lag {s.lag}")
+        d.say(f"  accepted {s.accepted}, duplicates {s.duplicates}, conflicts {s.conflicts}, "
+              f"rejected (closed) {s.rejected_closed}, poison {s.corrupt}")
+        d.say("  (the retry, the conflict and the late append were answered from local state "
+              "without touching the log, so they add no records)")
+
+        d.say("\n7. Rebuild: delete the state and replay the log")
+        before = _snapshot(engine, [customer, other])
+        retry_before = engine.append(turn2)
+    finally:
+        engine.close()
+    state = Path(data_dir) / "state"
+    shutil.rmtree(state)
+    d.say(f"  closed the engine, deleted {state}, reopening…")
+    bar = ProgressBar("  rebuild", d.err)
+    started = time.monotonic()
+    try:
+        engine = HistoryEngine.open(data_dir, progress=bar)
+    finally:
+        bar.finish()
+    with engine:
+        elapsed = time.monotonic() - started
+        records = sum(engine.stats().applied_offsets)
+        after = _snapshot(engine, [customer, other])
+        retry_after = engine.append(turn2)
+        try:
+            engine.append(late)
+            still_closed = False
+        except ConversationClosed:
+            still_closed = True
+    d.say(f"  replayed {records} records in {elapsed:.2f} s")
+    identical = before == after and retry_before == retry_after and still_closed
+    d.say(f"  conversations: {len(before)} before, {len(after)} after; "
+          f"retry receipt before {retry_before.position}, after {retry_after.position}; "
+          f"{other} still closed: {still_closed}")
+    if identical:
+        d.say("rebuild: identical state ✓")
+    else:
+        d.failures.append("the rebuilt state differs")
+        d.say("rebuild: state differs ✗")
+    if d.failures:
+        d.say(f"\ndemo: {len(d.failures)} check(s) failed: " + "; ".join(d.failures))
+        return 1
+    return 0
