@@ -171,7 +171,11 @@ class KafkaLog(Log):
             allow_auto_create_topics=False,
         ))
         # Load the topic's metadata now so that the first append does not block on it.
-        self._call("load topic metadata", lambda: self._producer_partitions(self._request_timeout_ms))
+        try:
+            self._call("load topic metadata", lambda: self._producer_partitions(self._request_timeout_ms))
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ helpers
 
