@@ -60,8 +60,10 @@ if TYPE_CHECKING:  # pragma: no cover
     from engine.log.base import Record
     from schemas.batch import StoredMessage
 
-__all__ = ["DEFAULT_DATA", "DEFAULT_TOPIC", "ProgressBar", "Target", "build_parser", "exit_code", "main",
-           "render_message"]
+__all__ = [
+    "DEFAULT_DATA", "DEFAULT_TOPIC", "ProgressBar", "Target", "build_parser", "entry_json", "exit_code",
+    "follow", "main", "render_message", "resolve", "subcommands",
+]
 
 DEFAULT_DATA = "./histlog-data"
 DEFAULT_TOPIC = "histlog.events"
@@ -541,14 +543,22 @@ def cmd_tail(ns: argparse.Namespace, target: Target, out: Out) -> int:
         if not ns.follow:
             _print(out, *(_record_line(r) for r in _last_records(engine, ns.lines)))
             return OK
-        return _follow(engine, target, out)
+        print(f"histlog: following {target.describe()} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+        return follow(engine, out)
 
 
-def _follow(engine: HistoryEngine, target: Target, out: Out) -> int:
-    """Print accepted messages (and clears) as this instance applies them, until Ctrl-C / SIGTERM."""
+def follow(engine: HistoryEngine, out: Out, *, stop: threading.Event | None = None) -> int:
+    """Print accepted messages (and clears) as this instance applies them, one line each, until
+    Ctrl-C, SIGTERM (when run on the main thread) or ``stop`` is set.
+
+    A batch record is shown only if it was *accepted*: its messages are in the conversation
+    with that append id and that record's creation time (duplicates, conflicts and refused
+    appends add nothing). The facade has no subscription or receipt lookup yet, so this
+    re-reads the conversation's entries for each accepted batch.
+    """
     from schemas.events import BatchAppended, decode_event
 
-    stop = threading.Event()
+    stop = stop if stop is not None else threading.Event()
     cursor = engine.log.cursor(dict(enumerate(engine.log.end_offsets())))
 
     def on_term(signum: int, frame: FrameType | None) -> None:
@@ -558,7 +568,6 @@ def _follow(engine: HistoryEngine, target: Target, out: Out) -> int:
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, on_term)
-    print(f"histlog: following {target.describe()} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     try:
         while not stop.is_set():
             records = cursor.poll(0.5)

@@ -6,20 +6,24 @@ subprocess to prove that bad input gives one line on stderr and never a tracebac
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from engine.cli import ProgressBar, build_parser, main, subcommands
+from engine.cli import ProgressBar, build_parser, follow, main, subcommands
 from engine.facade import HistoryEngine
+from schemas.batch import Batch
+from schemas.messages import Message
 
 Capsys = pytest.CaptureFixture[str]
 ROOT = Path(__file__).resolve().parents[2]
@@ -226,6 +230,36 @@ def test_tail_no_follow_prints_the_last_records(capsys: Capsys, data: str) -> No
     assert lines[2].endswith("clear   c")
 
 
+def wait_for(out: io.StringIO, text: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in out.getvalue() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_tail_follow_prints_accepted_messages_and_clears(data: str) -> None:
+    out, stop = io.StringIO(), threading.Event()
+    with HistoryEngine.open(data) as engine:
+        engine.append(Batch("old", "a", [Message.user("before the tail started")]))
+        thread = threading.Thread(target=follow, args=(engine, out), kwargs={"stop": stop})
+        thread.start()
+        try:
+            time.sleep(0.3)
+            batch = Batch("c", "a1", [Message.user("where is A1?"), Message.assistant("on its way")])
+            engine.append(batch)
+            engine.append(batch)  # a retry: no new record, nothing printed
+            wait_for(out, "on its way")  # (a clear applied first would take the messages with it)
+            engine.clear("c")
+            wait_for(out, "cleared")
+        finally:
+            stop.set()
+            thread.join(timeout=10)
+    assert out.getvalue().splitlines() == [
+        "c  [1:1] user: where is A1?",
+        "c  [1:2] assistant: on its way",
+        "c  cleared",
+    ]
+
+
 def test_rebuild_gives_identical_read_output(capsys: Capsys, data: str) -> None:
     for i in range(4):
         run(capsys, "--data", data, "append", "c", f"a{i}", "--text", f"m{i}", "--role",
@@ -329,8 +363,6 @@ def test_help_exits_0(capsys: Capsys) -> None:
 
 
 def test_progress_bar_without_a_tty_prints_about_every_10_percent() -> None:
-    import io
-
     stream = io.StringIO()
     bar = ProgressBar("rebuild", stream)
     for done in range(0, 1001):
