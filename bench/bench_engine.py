@@ -44,11 +44,15 @@ def _batch(conv: str, aid: str) -> Batch:
 def _threads(n: int, per_thread: int, fn: Callable[[int, int], object]) -> float:
     """Run ``fn(thread, i)`` ``per_thread`` times in each of ``n`` threads; returns ops/s."""
     barrier = threading.Barrier(n + 1)
+    errors: list[BaseException] = []
 
     def work(t: int) -> None:
         barrier.wait()
-        for i in range(per_thread):
-            fn(t, i)
+        try:
+            for i in range(per_thread):
+                fn(t, i)
+        except BaseException as e:
+            errors.append(e)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
     for th in threads:
@@ -57,7 +61,10 @@ def _threads(n: int, per_thread: int, fn: Callable[[int, int], object]) -> float
     start = time.perf_counter()
     for th in threads:
         th.join()
-    return n * per_thread / (time.perf_counter() - start)
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return n * per_thread / elapsed
 
 
 try:  # the peer library, defined once at import (it registers aggregate topics globally)
@@ -72,7 +79,7 @@ try:  # the peer library, defined once at import (it registers aggregate topics 
             self.appends: dict[str, str] = {}
 
         @event("Appended")
-        def append(self, append_id: str, digest: str, messages: bytes) -> None:
+        def append(self, append_id: str, digest: str, messages: str) -> None:
             self.appends[append_id] = digest
 
     class _Histories(Application):  # type: ignore[type-arg]
@@ -101,7 +108,7 @@ def _eventsourcing_rate(root: Path, writers: int, per_thread: int) -> float | No
         with lock:
             conv = app.repository.get(ids[t])
             if str(b.append_id) not in conv.appends:
-                conv.append(str(b.append_id), b.digest, b.canonical_json())
+                conv.append(str(b.append_id), b.digest, b.canonical_json().decode())
                 app.save(conv)
 
     rate = _threads(writers, per_thread, one)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.log.base import Log, record_key
+from engine.log.file import FileLog, FsyncPolicy
 from projections.admission import Decision, Outcome
 from projections.keys import meta_key
 from projections.reads import Reads
@@ -91,7 +92,7 @@ class HistoryEngine:
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | Path | None = None, *, partitions: int = 1, fsync: str = "always",
+    def open(cls, path: str | Path | None = None, *, partitions: int = 1, fsync: FsyncPolicy = "always",
              kafka: str | None = None, topic: str = "histlog.events", state_dir: str | Path | None = None,
              replication_factor: int = 1, progress: Progress | None = None) -> HistoryEngine:
         """Open the embedded default (``open(path)``: FileLog under ``path/log``, state under
@@ -102,7 +103,8 @@ class HistoryEngine:
         """
         if kafka is not None:
             if state_dir is None:
-                raise HistoryError("HistoryEngine.open(kafka=...) needs state_dir=DIR for this instance's RocksDB state")
+                raise HistoryError(
+                    "HistoryEngine.open(kafka=...) needs state_dir=DIR for this instance's RocksDB state")
             from engine.log.kafka import KafkaLog
 
             klog = KafkaLog(kafka, topic, partitions=partitions, replication_factor=replication_factor)
@@ -110,8 +112,6 @@ class HistoryEngine:
             return cls(klog, Path(state_dir), identity, progress=progress)
         if path is None:
             raise HistoryError("HistoryEngine.open needs a data directory (open('./data')) or kafka='host:port'")
-        from engine.log.file import FileLog
-
         root = Path(path)
         flog = FileLog(root / "log", partitions, fsync=fsync)
         identity = {"backend": "file", "partitions": flog.partitions}

@@ -61,7 +61,7 @@ class Decision:
     receipt_position: LogPosition | None = None
     reason: str = ""  # corrupt: why
 
-    def receipt(self, conversation_id: str, append_id: str) -> Receipt:
+    def receipt(self, conversation_id: ConversationID, append_id: AppendID) -> Receipt:
         """The receipt this decision proves (accepted or duplicate decisions only)."""
         assert self.receipt_position is not None  # Invariant: only accepted/duplicate carry one.
         return Receipt(conversation_id, append_id, self.digest, self.receipt_position)

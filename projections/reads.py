@@ -99,7 +99,7 @@ class Reads:
 
     def _first_turn_seq(self, snap: Snapshot, conv: bytes, turn: int) -> int | None:
         """The first seq of the first turn whose position is ``>= turn``."""
-        lower, upper = keys.conv_range(b"T", conv)
+        upper = keys.conv_range(b"T", conv)[1]
         for _, v in snap.scan(keys.turn_key(conv, turn), upper):
             return keys.read_u64(v)
         return None

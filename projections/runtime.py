@@ -14,6 +14,7 @@ itself stops the projector (``failure``): waiters are woken and get the error.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import threading
 from collections import OrderedDict
@@ -69,6 +70,10 @@ class Projector:
         self.store = store
         self.partitions = partitions
         self._cond = threading.Condition()
+        # Writers waiting on one position each: (offset, event) heaps per partition, so a step
+        # wakes exactly the writers it decided instead of every waiting thread.
+        self._waiters: list[list[tuple[int, int, threading.Event]]] = [[] for _ in range(partitions)]
+        self._waiter_seq = 0
         self._applied = checkpoints(store, partitions)
         self._stats = keys.Stats.decode(store.get(keys.STATS_KEY))
         self._decisions: OrderedDict[tuple[int, int], Decision] = OrderedDict()
@@ -120,6 +125,10 @@ class Projector:
                     with self._cond:
                         self.failure = e
                         self._cond.notify_all()
+                        for heap in self._waiters:
+                            for _, _, event in heap:
+                                event.set()
+                            heap.clear()
                     return
 
     # -- the step ----------------------------------------------------------------------------
@@ -151,6 +160,9 @@ class Projector:
                 recent[pos] = decision
             while len(recent) > _RECENT_DECISIONS:
                 recent.popitem(last=False)
+            for p, heap in enumerate(self._waiters):
+                while heap and heap[0][0] < applied[p]:
+                    heapq.heappop(heap)[2].set()
             self._cond.notify_all()
 
     # -- waiting and reading -----------------------------------------------------------------
@@ -179,10 +191,17 @@ class Projector:
         """Wait until ``position`` has been applied. False on timeout; raises if the projector failed."""
         p, o = position.partition, position.offset
         with self._cond:
-            ok = self._cond.wait_for(lambda: self._applied[p] > o or self.failure is not None, timeout)
             if self.failure is not None:
                 raise self.failure
-            return ok
+            if self._applied[p] > o:
+                return True
+            event = threading.Event()
+            self._waiter_seq += 1
+            heapq.heappush(self._waiters[p], (o, self._waiter_seq, event))
+        ok = event.wait(timeout)
+        if self.failure is not None:
+            raise self.failure
+        return ok
 
     def decision(self, position: LogPosition) -> Decision | None:
         """The decision for an applied position, if still remembered (recent ones are)."""

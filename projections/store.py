@@ -12,9 +12,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from rocksdict import Options, Rdict, WriteBatch, WriteOptions
-
-from projections import keys
+from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOptions
 
 __all__ = ["StateStore", "Tx"]
 
@@ -23,6 +21,10 @@ def _options() -> Options:
     opts = Options(raw_mode=True)
     opts.create_if_missing(True)
     opts.increase_parallelism(2)
+    opts.set_write_buffer_size(64 << 20)  # replays write a lot at once: fewer, larger flushes
+    table = BlockBasedOptions()
+    table.set_bloom_filter(10, False)  # most receipt lookups miss: answer them from the filter
+    opts.set_block_based_table_factory(table)
     return opts
 
 

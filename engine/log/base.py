@@ -64,7 +64,7 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     if partitions == 1:
         return 0
     conversation = key.split(KEY_SEPARATOR, 1)[0]
-    return (murmur2(conversation) & 0x7FFFFFFF) % partitions
+    return (int(murmur2(conversation)) & 0x7FFFFFFF) % partitions
 
 
 class LogCursor(abc.ABC):
