@@ -92,13 +92,15 @@ class HistoryEngine:
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | Path | None = None, *, partitions: int = 1, fsync: FsyncPolicy = "always",
+    def open(cls, path: str | Path | None = None, *, partitions: int | None = None, fsync: FsyncPolicy = "always",
              kafka: str | None = None, topic: str = "histlog.events", state_dir: str | Path | None = None,
              replication_factor: int = 1, progress: Progress | None = None) -> HistoryEngine:
         """Open the embedded default (``open(path)``: FileLog under ``path/log``, state under
         ``path/state``) or Kafka (``open(kafka="host:port", topic=..., state_dir=...)``).
 
-        Returns once the state has caught up with the log's end at open time (a first open of
+        ``partitions``: the log's partition count when it is created (default 1); ``None`` opens
+        an existing log with its own count, and a different number is refused (it would move
+        conversations between partitions). Returns once the state has caught up with the log's end at open time (a first open of
         a long log replays it; ``progress`` reports how far).
         """
         if kafka is not None:

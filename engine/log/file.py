@@ -125,12 +125,23 @@ class _Pending:
     frame: bytes
 
 
+def _stored_partitions(path: Path) -> int | None:
+    """The partition count recorded in an existing log's meta file (None when absent/unreadable)."""
+    try:
+        return int(json.loads(fmt.meta_path(path).read_bytes())["partitions"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 class FileLog(Log):
     """A partitioned append-only log in a directory. Thread-safe. See the module docstring."""
 
-    def __init__(self, path: str | os.PathLike[str], partitions: int = 1, *,
+    def __init__(self, path: str | os.PathLike[str], partitions: int | None = 1, *,
                  fsync: FsyncPolicy = "always", fsync_interval_ms: int = 100,
                  segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
+        """``partitions=None`` opens an existing log with its own count (a new one gets 1)."""
+        if partitions is None:
+            partitions = _stored_partitions(Path(path)) or 1
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         if fsync not in ("always", "interval", "never"):

@@ -1,0 +1,280 @@
+"""``HistoryEngine`` on a real Apache Kafka broker: the facade conformance suite, several
+instances on one topic (threads and processes), replay into a fresh state, poison records,
+broker restarts and the loss of one broker of three."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaProducer
+
+from engine import HistoryEngine
+from engine.log.base import record_key
+from schemas import (
+    AppendConflict,
+    Batch,
+    CommitUnconfirmed,
+    ConversationClosed,
+    LogUnavailable,
+    Message,
+    Receipt,
+)
+from tests.conformance.facade_contract import FacadeContract, snapshot, turn
+from tests.kafka_broker import KafkaCluster, unique_topic
+
+pytestmark = pytest.mark.kafka
+REPO = Path(__file__).resolve().parents[2]
+
+
+class KafkaBackend:
+    def __init__(self, bootstrap: str, topic: str, state: Path, partitions: int = 1,
+                 replication_factor: int = 1) -> None:
+        self.bootstrap, self.topic, self.state = bootstrap, topic, state
+        self.partitions, self.replication_factor = partitions, replication_factor
+
+    def open(self, state: Path | None = None) -> HistoryEngine:
+        return HistoryEngine.open(kafka=self.bootstrap, topic=self.topic, state_dir=state or self.state,
+                                  partitions=self.partitions, replication_factor=self.replication_factor)
+
+    def drop_state(self) -> None:
+        shutil.rmtree(self.state)
+
+
+class TestKafkaFacade(FacadeContract):
+    @pytest.fixture
+    def backend(self, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaBackend:
+        return KafkaBackend(kafka_bootstrap, kafka_topic, tmp_path / "state")
+
+
+class TestKafkaFacadeThreePartitions(FacadeContract):
+    @pytest.fixture
+    def backend(self, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaBackend:
+        return KafkaBackend(kafka_bootstrap, kafka_topic, tmp_path / "state", partitions=3)
+
+
+@pytest.fixture
+def backend(kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaBackend:
+    return KafkaBackend(kafka_bootstrap, kafka_topic, tmp_path / "state-a", partitions=2)
+
+
+@pytest.fixture
+def instances(backend: KafkaBackend, tmp_path: Path) -> Iterator[list[HistoryEngine]]:
+    engines = [backend.open(tmp_path / f"state-{i}") for i in range(3)]
+    yield engines
+    for e in engines:
+        e.close()
+
+
+# -- several instances --------------------------------------------------------------------------
+def test_instances_racing_the_same_append_ids_agree(instances: list[HistoryEngine]) -> None:
+    rounds = 12
+    results: dict[tuple[int, int], Any] = {}
+    barrier = threading.Barrier(len(instances))
+
+    def race(k: int, engine: HistoryEngine) -> None:
+        for i in range(rounds):
+            barrier.wait()
+            b = Batch(f"conv-{i % 2}", f"shared-{i}", [Message.user(f"q{i} from instance {k}"),
+                                                        Message.assistant("ok")])
+            try:
+                results[(k, i)] = engine.append(b)
+            except AppendConflict as e:
+                results[(k, i)] = e
+
+    threads = [threading.Thread(target=race, args=(k, e)) for k, e in enumerate(instances)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i in range(rounds):
+        outcomes = [results[(k, i)] for k in range(len(instances))]
+        receipts = {r for r in outcomes if isinstance(r, Receipt)}
+        assert len(receipts) == 1, outcomes  # exactly one content won, every winner agrees
+        receipt = receipts.pop()
+        conflicts = [r for r in outcomes if isinstance(r, AppendConflict)]
+        assert len(conflicts) == len(instances) - 1
+        assert all(c.existing_digest == receipt.digest for c in conflicts)
+        for engine in instances:  # read-your-writes on every instance
+            history = engine.read(receipt.conversation_id, at_least=receipt)
+            winners = [m.text() for m in history if m.text().startswith(f"q{i} ")]
+            assert len(winners) == 1
+            assert engine.append(Batch(receipt.conversation_id, receipt.append_id, history[
+                [m.text() for m in history].index(winners[0]):][:2])) == receipt
+    for engine in instances:
+        engine.catch_up()
+    snaps = [snapshot(e) for e in instances]
+    assert snaps[0] == snaps[1] == snaps[2]
+
+
+def test_separate_processes_racing_agree(backend: KafkaBackend, tmp_path: Path) -> None:
+    with backend.open():
+        pass  # create the topic once, so the processes do not race to create it
+    count = 20
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.kafka_writer", backend.bootstrap, backend.topic,
+         str(tmp_path / f"proc-{k}"), f"p{k}", str(count)],
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        outputs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert all(p.returncode == 0 for p in procs)
+    per_proc = [{r["append_id"]: r for r in map(json.loads, out.splitlines())} for out in outputs]
+    with backend.open(tmp_path / "checker") as checker:
+        for i in range(count):
+            a, b = (per[f"shared-{i}"] for per in per_proc)
+            won = [x for x in (a, b) if "receipt" in x]
+            assert len(won) == 1 and len([x for x in (a, b) if "conflict" in x]) == 1, (a, b)
+            receipt = Receipt.from_dict(won[0]["receipt"])
+            lost = a if "conflict" in a else b
+            assert lost["conflict"] == receipt.digest
+            texts = [m.text() for m in checker.read(receipt.conversation_id, at_least=receipt)]
+            assert len([t for t in texts if t.startswith(f"q{i} from")]) == 1
+
+
+def test_a_fresh_state_dir_replays_identical_state(backend: KafkaBackend, tmp_path: Path) -> None:
+    with backend.open() as first:
+        receipts = [first.append(turn(f"c{i % 4}", f"a{i}", f"m{i}", tool=i % 3 == 0)) for i in range(24)]
+        first.clear("c1")
+        closed = turn("c1", "a1", "m1")
+        before, stats = snapshot(first), first.stats()
+    with backend.open(tmp_path / "fresh") as second:
+        assert snapshot(second) == before
+        s = second.stats()
+        assert (s.accepted, s.corrupt) == (stats.accepted, stats.corrupt)
+        with pytest.raises(ConversationClosed):
+            second.append(closed)
+        for r in receipts:
+            if r.conversation_id != "c1":
+                assert second.append(turn(r.conversation_id, r.append_id, f"m{r.append_id[1:]}",
+                                          tool=int(r.append_id[1:]) % 3 == 0)) == r
+
+
+def test_garbage_records_are_poison_on_every_instance(backend: KafkaBackend, tmp_path: Path) -> None:
+    with backend.open() as a:
+        a.append(turn("c", "a1", "before"))
+        producer = KafkaProducer(bootstrap_servers=backend.bootstrap, acks="all")
+        garbage = [b"", b"\xc3\x01" + b"\x00" * 8, b"not avro at all", b"\xc3\x01\xff" * 20]
+        for i, value in enumerate(garbage):
+            producer.send(backend.topic, key=record_key("c", f"g{i}"), value=value, partition=i % 2).get(30)
+        producer.close()
+        a.append(turn("c", "a2", "after"))
+        b = backend.open(tmp_path / "other")
+        try:
+            for engine in (a, b):
+                engine.catch_up()
+                assert engine.stats().corrupt == len(garbage)
+                assert [m.text() for m in engine.read("c")][::2] == ["before", "after"]
+                assert len(engine.poison()) == len(garbage)
+            assert a.poison() == b.poison()
+        finally:
+            b.close()
+
+
+# -- broker faults ------------------------------------------------------------------------------
+def _append_until_confirmed(engine: HistoryEngine, batch: Batch, attempts: int = 60) -> Receipt:
+    """What a bot does when the log is down: resend the same Batch until it has a receipt."""
+    for _ in range(attempts):
+        try:
+            return engine.append(batch, timeout=5)
+        except (LogUnavailable, CommitUnconfirmed):
+            continue
+    raise AssertionError(f"no receipt for {batch.append_id} after {attempts} attempts")
+
+
+def _write_loop(engine: HistoryEngine, stop: threading.Event, receipts: list[Receipt], prefix: str) -> None:
+    i = 0
+    while not stop.is_set():
+        receipts.append(_append_until_confirmed(
+            engine, Batch(f"conv-{i % 3}", f"{prefix}-{i}", [Message.user(f"q {prefix}-{i}"), Message.assistant("a")])))
+        i += 1
+
+
+def _check_receipts(engine: HistoryEngine, receipts: list[Receipt]) -> None:
+    engine.catch_up()
+    for conv in {r.conversation_id for r in receipts}:
+        entries = engine.entries(conv)
+        ids = [e.append_id for e in entries[0::2]]
+        assert len(ids) == len(set(ids)), "a batch was stored twice"
+    for r in receipts:
+        assert f"q {r.append_id}" in [m.text() for m in engine.read(r.conversation_id, at_least=r)]
+
+
+def _wait_for_receipts(receipts: list[Receipt], n: int, stop: threading.Event) -> None:
+    done = threading.Event()
+
+    def watch() -> None:
+        while len(receipts) < n and not stop.is_set():
+            stop.wait(0.05)
+        done.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    assert done.wait(120), "the write loop made no progress"
+
+
+def test_broker_kill_9_and_restart_loses_and_duplicates_nothing(kafka_broker1: KafkaCluster,
+                                                                  tmp_path: Path) -> None:
+    topic = unique_topic("histlog-restart")
+    engine = HistoryEngine.open(kafka=kafka_broker1.bootstrap, topic=topic, state_dir=tmp_path / "s")
+    stop, receipts = threading.Event(), []
+    writer = threading.Thread(target=_write_loop, args=(engine, stop, receipts, "w"))
+    writer.start()
+    try:
+        _wait_for_receipts(receipts, 20, stop)
+        kafka_broker1.kill_node(1)
+        with pytest.raises((LogUnavailable, CommitUnconfirmed)):
+            engine.append(turn("down", "x", "while down"), timeout=3)
+        kafka_broker1.start_node(1)
+        before = len(receipts)
+        _wait_for_receipts(receipts, before + 20, stop)
+    finally:
+        stop.set()
+        writer.join(timeout=300)
+    try:
+        _check_receipts(engine, receipts)
+    finally:
+        engine.close()
+    with HistoryEngine.open(kafka=kafka_broker1.bootstrap, topic=topic, state_dir=tmp_path / "fresh") as fresh:
+        _check_receipts(fresh, receipts)
+
+
+@pytest.mark.slow
+def test_losing_one_of_three_brokers_loses_nothing_acknowledged(kafka_cluster3: KafkaCluster,
+                                                                 tmp_path: Path) -> None:
+    topic = unique_topic("histlog-rf3")
+    engine = HistoryEngine.open(kafka=kafka_cluster3.bootstrap, topic=topic, state_dir=tmp_path / "s",
+                                partitions=3, replication_factor=3)
+    stop, receipts = threading.Event(), []
+    writers = [threading.Thread(target=_write_loop, args=(engine, stop, receipts, f"w{k}")) for k in range(4)]
+    for w in writers:
+        w.start()
+    try:
+        _wait_for_receipts(receipts, 40, stop)
+        kafka_cluster3.kill_node(2)
+        before = len(receipts)
+        _wait_for_receipts(receipts, before + 60, stop)  # writes continue with 2 of 3 brokers
+    finally:
+        stop.set()
+        for w in writers:
+            w.join(timeout=300)
+    try:
+        _check_receipts(engine, receipts)
+    finally:
+        engine.close()
+        kafka_cluster3.start_node(2)
