@@ -319,9 +319,14 @@ def cmd_demo(ns: argparse.Namespace, out: Out) -> int:
     """Run the demo; it ignores HISTLOG_* variables (only an explicit --data keeps its files)."""
     from engine.demo import run_demo
 
-    if getattr(ns, "kafka", None) is not None:
-        raise UsageError("demo runs on the embedded default only; "
-                         "drop --kafka (use --data DIR to keep the files)")
+    kafka: str | None = getattr(ns, "kafka", None)
+    if kafka is not None:
+        topic: str = getattr(ns, "topic", None) or "histlog.events"
+        state: str | None = getattr(ns, "state", None)
+        if state is not None:
+            return run_demo(Path(state), out, kafka=(kafka, topic))
+        with tempfile.TemporaryDirectory(prefix="histlog-demo-state-") as tmp:
+            return run_demo(Path(tmp), out, temporary=True, kafka=(kafka, topic))
     data: str | None = getattr(ns, "data", None)
     if data is not None:
         return run_demo(Path(data), out)
@@ -724,7 +729,9 @@ def build_parser() -> argparse.ArgumentParser:
             "appends and receipts, an idempotent retry, a conflict, a window, a clear, stats and a rebuild "
             "from the log. It uses a fresh temporary directory (deleted at exit) unless --data DIR is "
             "given on the command line (HISTLOG_DATA is ignored here, so a demo never writes into your "
-            "history by accident). Exits non-zero if the rebuilt state differs.")
+            "history by accident). With --kafka HOST:PORT [--topic T] [--state DIR] on the command line "
+            "it runs against Kafka (state in a temporary directory unless --state is given). "
+            "Exits non-zero if the rebuilt state differs.")
 
     p = command("append", cmd_append, "append one batch atomically and print its receipt as JSON",
                 "Append one batch atomically and idempotently; prints the receipt as one JSON line. "

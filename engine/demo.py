@@ -1,6 +1,6 @@
 """``histlog demo``: a scripted support-bot conversation that shows what histlog promises.
 
-It walks through, on the embedded default: appends and their receipts, an idempotent retry
+It walks through, on the embedded default (or on Kafka with ``--kafka``): appends and their receipts, an idempotent retry
 (the same receipt, nothing appended), a conflict (same append id, other content), a window
 that keeps only whole turns, a clear (the conversation is closed forever), the stats, and a
 rebuild of the state from the log that must give the same state. ``run_demo`` returns 0 only
@@ -102,15 +102,30 @@ def _snapshot(engine: HistoryEngine, names: list[str]) -> dict[str, list[Message
     return {c: engine.read(c) for c in sorted(set(names) | set(engine.conversations()))}
 
 
-def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextIO | None = None) -> int:
-    """Run the scripted demo in ``data_dir`` (embedded), writing to ``out``; 0 if every check held.
+def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextIO | None = None,
+             kafka: tuple[str, str] | None = None) -> int:
+    """Run the scripted demo, writing to ``out``; 0 if every check held.
 
-    The progress bar of the rebuild goes to ``err`` (stderr by default).
+    Embedded (default): the file log and the state live in ``data_dir``. With
+    ``kafka=(bootstrap, topic)`` the log is that Kafka topic and ``data_dir`` is this
+    instance's state directory. The progress bar of the rebuild goes to ``err`` (stderr).
     """
     d = _Demo(Path(data_dir), out, err if err is not None else sys.stderr)
     note = " (a temporary directory, deleted at exit)" if temporary else ""
-    d.say(f"histlog demo — embedded file log + RocksDB state in {data_dir}{note}")
-    engine = HistoryEngine.open(data_dir)
+    if kafka is None:
+        d.say(f"histlog demo — embedded file log + RocksDB state in {data_dir}{note}")
+        state = Path(data_dir) / "state"
+
+        def open_engine(progress: ProgressBar | None = None) -> HistoryEngine:
+            return HistoryEngine.open(data_dir, progress=progress)
+    else:
+        bootstrap, topic = kafka
+        d.say(f"histlog demo — Kafka topic {topic!r} at {bootstrap}, RocksDB state in {data_dir}{note}")
+        state = Path(data_dir)
+
+        def open_engine(progress: ProgressBar | None = None) -> HistoryEngine:
+            return HistoryEngine.open(kafka=bootstrap, topic=topic, state_dir=data_dir, progress=progress)
+    engine = open_engine()
     try:
         fresh = sum(engine.log.end_offsets()) == 0
         suffix = "" if fresh else f"-{time.time_ns() // 1_000_000:x}"  # rerun in a used dir: new ids
@@ -166,13 +181,12 @@ def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextI
         retry_before = engine.append(turn2)
     finally:
         engine.close()
-    state = Path(data_dir) / "state"
     shutil.rmtree(state)
     d.say(f"  closed the engine, deleted {state}, reopening…")
     bar = ProgressBar("  rebuild", d.err)
     started = time.monotonic()
     try:
-        engine = HistoryEngine.open(data_dir, progress=bar)
+        engine = open_engine(progress=bar)
     finally:
         bar.finish()
     with engine:

@@ -178,7 +178,7 @@ class HistoryEngine:
             decision = self._wait_decision(position, deadline)
         if decision is None:
             raise CommitUnconfirmed(
-                f"append {a!r} to {c!r} was written at {position} but not decided within {timeout}s; "
+                f"append {str(a)!r} to {str(c)!r} was written at {position} but not decided within {timeout}s; "
                 "resend the same Batch (it is safe: a retry returns the original receipt)")
         return self._answer(batch, decision, position)
 
@@ -233,7 +233,7 @@ class HistoryEngine:
         position = self._log.append(record_key(c), encode_event(event), timeout=timeout)
         if self._wait_decision(position, deadline) is None:
             raise CommitUnconfirmed(
-                f"clear of {c!r} was written at {position} but not applied within {timeout}s; call clear again")
+                f"clear of {str(c)!r} was written at {position} but not applied within {timeout}s; call clear again")
 
     # -- reads ---------------------------------------------------------------------------------
     def read(self, conversation_id: str, at_least: Receipt | None = None, timeout: float = 30.0) -> list[Message]:
@@ -327,13 +327,13 @@ class HistoryEngine:
 
 def _closed(c: str) -> ConversationClosed:
     return ConversationClosed(
-        f"conversation {c!r} is closed forever (it was cleared); start a new conversation id",
+        f"conversation {str(c)!r} is closed forever (it was cleared); start a new conversation id",
         conversation_id=c)
 
 
 def _conflict(batch: Batch, existing: str) -> AppendConflict:
     return AppendConflict(
-        f"append id {batch.append_id!r} of conversation {batch.conversation_id!r} already names "
+        f"append id {str(batch.append_id)!r} of conversation {str(batch.conversation_id)!r} already names "
         f"different content ({existing}, this batch is {batch.digest}); to retry, resend the original "
         "batch; for new content use a new append id",
         conversation_id=batch.conversation_id, append_id=batch.append_id,

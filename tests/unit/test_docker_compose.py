@@ -161,9 +161,13 @@ def test_histlog_service(histlog: dict[str, Any]) -> None:
     assert histlog_setting(histlog, "--state", "HISTLOG_STATE")
 
 
-def test_histlog_command_does_not_run_demo_on_kafka(histlog: dict[str, Any]) -> None:
-    """``histlog demo`` is embedded-only (the CLI refuses --kafka with it)."""
-    assert "demo" not in histlog_command(histlog)
+def test_histlog_runs_the_demo_against_kafka_with_explicit_flags(histlog: dict[str, Any]) -> None:
+    """``histlog demo`` ignores HISTLOG_* (it never writes into a real history by accident), so
+    the compose command must name the broker, topic and state directory as flags."""
+    words = histlog_command(histlog)
+    assert words[-1] == "demo"
+    for flag in ("--kafka", "--topic", "--state"):
+        assert flag in words and words.index(flag) < words.index("demo")
 
 
 def test_histlog_waits_for_a_healthy_kafka(histlog: dict[str, Any]) -> None:
