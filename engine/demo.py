@@ -1,7 +1,7 @@
 """``histlog demo``: a scripted support-bot conversation that shows what histlog promises.
 
-It walks through, on the embedded default (or on Kafka with ``--kafka``): appends and their receipts, an idempotent retry
-(the same receipt, nothing appended), a conflict (same append id, other content), a window
+It walks through, on the embedded default (or on Kafka with ``--kafka``): appends and their
+receipts, an idempotent retry (the same receipt, nothing appended), a conflict (same append id, other content), a window
 that keeps only whole turns, a clear (the conversation is closed forever), the stats, and a
 rebuild of the state from the log that must give the same state. ``run_demo`` returns 0 only
 if every check held.

@@ -100,8 +100,8 @@ class HistoryEngine:
 
         ``partitions``: the log's partition count when it is created (default 1); ``None`` opens
         an existing log with its own count, and a different number is refused (it would move
-        conversations between partitions). Returns once the state has caught up with the log's end at open time (a first open of
-        a long log replays it; ``progress`` reports how far).
+        conversations between partitions). Returns once the state has caught up with the log's end
+        at open time (a first open of a long log replays it; ``progress`` reports how far).
         """
         if kafka is not None:
             if state_dir is None:
