@@ -1,0 +1,49 @@
+"""histlog's benchmarks. Each module has ``run(quick=False) -> dict`` and ``report(dict) -> str``
+and measures against a baseline in the same run (ratios, never absolute pass/fail gates).
+
+``python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`` or ``histlog bench`` runs them:
+schemas, codec, log, engine, and kafka (a real broker: ``HISTLOG_KAFKA`` or one started from the
+Maven Central jars with ``scripts/kafka``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["NAMES", "run_all"]
+
+NAMES = ("schemas", "codec", "log", "engine", "kafka")
+
+
+def run_all(argv: list[str] | None = None) -> int:
+    """Run the selected benchmarks, print each table, write all results as JSON; exit status."""
+    parser = argparse.ArgumentParser(prog="histlog bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    parser.add_argument("--only", default=",".join(NAMES), help=f"comma-separated subset of {', '.join(NAMES)}")
+    parser.add_argument("--json", default="bench/results/latest.json", help="where to write the results")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in NAMES]
+    if unknown:
+        print(f"histlog bench: unknown benchmark {unknown[0]!r}; choose from {', '.join(NAMES)}", file=sys.stderr)
+        return 2
+    results: dict[str, Any] = {"started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "quick": args.quick}
+    for i, name in enumerate(names, 1):
+        print(f"\n== [{i}/{len(names)}] bench {name}", file=sys.stderr, flush=True)
+        module = importlib.import_module(f"bench.bench_{name}")
+        started = time.perf_counter()
+        result = module.run(quick=args.quick)
+        print(f"\n# {name} ({time.perf_counter() - started:.0f} s)")
+        print(module.report(result), flush=True)
+        results[name] = result
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(f"\nresults: {out}")
+    return 0

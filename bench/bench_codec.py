@@ -115,7 +115,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     }
 
 
-def _table(result: dict[str, Any]) -> str:
+def report(result: dict[str, Any]) -> str:
     lines = [
         f"{'event':<32}{'op':<15}{'histlog µs':>12}{'fastavro µs':>13}{'ratio':>8}",
         "-" * 80,
@@ -135,7 +135,7 @@ def _table(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     result = run(quick="--quick" in args)
-    print(_table(result))
+    print(report(result))
     print(json.dumps(result, separators=(",", ":")))
     return 0
 

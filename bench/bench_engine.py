@@ -208,26 +208,26 @@ def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
         reads = _reads(root, [100, 10_000] if not quick else [100, 2_000], 200 if quick else 1000)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    result = {"appends": appends, "replay": replay, "reads": reads}
-    _print(result)
-    return result
+    return {"bench": "engine", "appends": appends, "replay": replay, "reads": reads}
 
 
-def _print(result: dict[str, Any]) -> None:
-    print("durable appends/s (fsync=always, 2-message batches)")
-    print(f"  {'writers':>7} {'engine':>9} {'raw FileLog':>12} {'ratio':>6} {'eventsourcing':>14} {'ratio':>6}")
+def report(result: dict[str, Any]) -> str:
+    lines = ["durable appends/s (fsync=always, 2-message batches)",
+             f"  {'writers':>7} {'engine':>9} {'raw FileLog':>12} {'ratio':>6} {'eventsourcing':>14} {'ratio':>6}"]
     for a in result["appends"]:
-        print(f"  {a['writers']:>7} {a['engine_per_s']:>9} {a['raw_filelog_per_s']:>12} {a['vs_raw']:>6} "
-              f"{a['eventsourcing_sqlite_per_s'] or '-':>14} {a['vs_eventsourcing'] or '-':>6}")
+        lines.append(f"  {a['writers']:>7} {a['engine_per_s']:>9} {a['raw_filelog_per_s']:>12} {a['vs_raw']:>6} "
+                     f"{a['eventsourcing_sqlite_per_s'] or '-':>14} {a['vs_eventsourcing'] or '-':>6}")
     r = result["replay"]
-    print(f"replay: {r['batches']} batches at {r['replay_batches_per_s']}/s "
-          f"(raw scan+decode {r['raw_scan_decode_per_s']}/s, ratio {r['vs_raw_scan']})")
-    print("read latency (µs)")
+    lines.append(f"replay: {r['batches']} batches at {r['replay_batches_per_s']}/s "
+                 f"(raw scan+decode {r['raw_scan_decode_per_s']}/s, ratio {r['vs_raw_scan']})")
+    lines.append("read latency (µs)")
     for x in result["reads"]:
-        print(f"  {x['messages']:>6} messages: read p50 {x['read_p50_us']} p99 {x['read_p99_us']}; "
-              f"window(20) p50 {x['window20_p50_us']} p99 {x['window20_p99_us']}")
-    print(json.dumps(result))
+        lines.append(f"  {x['messages']:>6} messages: read p50 {x['read_p50_us']} p99 {x['read_p99_us']}; "
+                     f"window(20) p50 {x['window20_p50_us']} p99 {x['window20_p99_us']}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
-    run(quick="--quick" in sys.argv)
+    res = run(quick="--quick" in sys.argv)
+    print(report(res))
+    print(json.dumps(res))

@@ -102,7 +102,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     return results
 
 
-def _table(r: dict[str, Any]) -> str:
+def report(r: dict[str, Any]) -> str:
     rows = [("raw os.write + os.fsync, one at a time", r["raw_write_fsync"], ""),
             ("raw os.write, no fsync", r["raw_write"], "")]
     for key in ("filelog_always_1", "filelog_always_16", "filelog_always_64"):
@@ -118,5 +118,5 @@ def _table(r: dict[str, Any]) -> str:
 
 if __name__ == "__main__":
     out = run(quick="--quick" in sys.argv)
-    print(_table(out))
+    print(report(out))
     print(json.dumps(out, sort_keys=True))

@@ -122,7 +122,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     return result
 
 
-def _print(result: dict[str, Any]) -> None:
+def report(result: dict[str, Any]) -> str:
     rows = [
         ("build + validate (Messages + Batch)", "build_validate_us"),
         ("canonical + digest (cached bytes)", "canonical_digest_cached_us"),
@@ -130,23 +130,24 @@ def _print(result: dict[str, Any]) -> None:
         ("from_canonical (log bytes -> Batch)", "from_canonical_us"),
         ("baseline json.dumps(sort_keys) + sha256", "baseline_json_dumps_sha256_us"),
     ]
-    print(f"{'operation (us per batch)':44}{'2 msgs':>10}{'20 msgs':>10}{'2: x base':>11}{'20: x base':>11}")
+    lines = [f"{'operation (us per batch)':44}{'2 msgs':>10}{'20 msgs':>10}{'2: x base':>11}{'20: x base':>11}"]
     for label, key in rows:
         a, b = result["batch_2"][key], result["batch_20"][key]
         ra = a / result["batch_2"]["baseline_json_dumps_sha256_us"]
         rb = b / result["batch_20"]["baseline_json_dumps_sha256_us"]
-        print(f"{label:44}{a:10.2f}{b:10.2f}{ra:10.2f}x{rb:10.2f}x")
-    print(
+        lines.append(f"{label:44}{a:10.2f}{b:10.2f}{ra:10.2f}x{rb:10.2f}x")
+    lines.append(
         f"canonical bytes: {int(result['batch_2']['bytes'])} / {int(result['batch_20']['bytes'])}; "
         f"target canonical+digest of 2 messages <= {TARGET_US} us: "
         f"{'met' if result['target_met'] else 'MISSED'}"
     )
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     result = run(quick="--quick" in args)
-    _print(result)
+    print(report(result))
     print(json.dumps(result, sort_keys=True))
     return 0
 

@@ -434,3 +434,16 @@ def test_tail_follows_until_sigterm(follower: subprocess.Popen[str]) -> None:
     time.sleep(0.2)
     follower.send_signal(signal.SIGTERM)
     assert follower.wait(timeout=30) == 0
+
+
+def test_bench_runs_a_quick_benchmark_and_writes_json(capsys: Capsys, tmp_path: Path) -> None:
+    out_json = tmp_path / "bench.json"
+    code, out, _ = run(capsys, "bench", "--quick", "--only", "codec", "--json", str(out_json))
+    assert code == 0
+    assert "encode+decode" in out
+    data = json.loads(out_json.read_text())
+    assert data["codec"]["cases"][0]["messages"] == 2
+
+
+def test_bench_rejects_an_unknown_benchmark(capsys: Capsys) -> None:
+    assert run(capsys, "bench", "--only", "nope")[0] == 2

@@ -1,0 +1,200 @@
+"""Kafka benchmark (issue 4), on a real broker: engine appends vs a raw kafka-python producer,
+and replay from Kafka into a fresh state directory vs a raw consumer scan.
+
+Run ``python -m bench.bench_kafka [--quick]`` with ``HISTLOG_KAFKA=host:port``, or without it
+to start a broker from the Maven Central jars (``scripts/kafka``) for the run. Cases:
+
+* **appends** at 1, 16 and 64 writer threads, 2-message batches: ``HistoryEngine.append``
+  (validate, encode, produce with acks=all + idempotence, wait for this instance's projector
+  to decide) vs a raw ``KafkaProducer`` with the same settings sending the same encoded events,
+  each thread waiting for its acknowledgement (the same durability point). Throughput and
+  per-append latency p50/p99.
+* **replay**: N batches on the topic, then ``HistoryEngine.open`` with a fresh state
+  directory (events/s) vs a raw consumer reading and decoding the same records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from engine import HistoryEngine
+from engine.log.base import partition_for_key, record_key
+from engine.log.kafka import KafkaLog
+from schemas import Batch, Message
+from schemas.events import BatchAppended, decode_event, encode_event
+
+__all__ = ["report", "run"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _batch(conv: str, aid: str) -> Batch:
+    return Batch(conv, aid, [Message.user(f"what is the status of order {aid}?"),
+                             Message.assistant(f"Order {aid} shipped yesterday; it arrives Friday.")])
+
+
+def _event(b: Batch) -> bytes:
+    return encode_event(BatchAppended(b.conversation_id, b.append_id, b.digest, b.canonical_json(), len(b),
+                                      b.content_bytes(), time.time_ns() // 1_000_000))
+
+
+@contextmanager
+def _broker() -> Iterator[str]:
+    external = os.environ.get("HISTLOG_KAFKA", "").strip()
+    if external:
+        yield external
+        return
+    directory = tempfile.mkdtemp(prefix="histlog-bench-kafka-")
+    started = time.perf_counter()
+    out = subprocess.run([str(REPO / "scripts" / "kafka"), "start", "--dir", directory],
+                         capture_output=True, text=True, check=True).stdout
+    print(f"(started a broker from the Maven jars in {time.perf_counter() - started:.1f} s)", file=sys.stderr)
+    try:
+        yield out.strip().splitlines()[-1].split("=", 1)[1]
+    finally:
+        subprocess.run([str(REPO / "scripts" / "kafka"), "stop", "--dir", directory], capture_output=True)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _threads(n: int, per_thread: int, fn: Callable[[int, int], object]) -> tuple[float, list[float]]:
+    """Run ``fn`` per_thread times in each of n threads; ops/s and per-call latencies (µs)."""
+    barrier = threading.Barrier(n + 1)
+    latencies: list[list[float]] = [[] for _ in range(n)]
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        barrier.wait()
+        mine = latencies[t]
+        try:
+            for i in range(per_thread):
+                s = time.perf_counter_ns()
+                fn(t, i)
+                mine.append((time.perf_counter_ns() - s) / 1000)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return n * per_thread / elapsed, [x for lst in latencies for x in lst]
+
+
+def _pct(samples: list[float]) -> tuple[float, float]:
+    s = sorted(samples)
+    return statistics.median(s), s[min(int(len(s) * 0.99), len(s) - 1)]
+
+
+def _appends(bootstrap: str, root: Path, writers: int, total: int) -> dict[str, Any]:
+    per = max(total // writers, 1)
+    topic = f"histlog-bench-{uuid.uuid4().hex[:8]}"
+    with HistoryEngine.open(kafka=bootstrap, topic=topic, state_dir=root / f"state-{writers}") as engine:
+        eng_rate, eng_lat = _threads(writers, per, lambda t, i: engine.append(_batch(f"c-{t}-{i // 10}", f"a-{t}-{i}")))
+    raw_topic = f"histlog-bench-raw-{uuid.uuid4().hex[:8]}"
+    KafkaLog(bootstrap, raw_topic).close()  # same topic settings, created the same way
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=2,
+                             compression_type=None, max_in_flight_requests_per_connection=5)
+
+    def raw_one(t: int, i: int) -> None:
+        b = _batch(f"c-{t}-{i // 10}", f"a-{t}-{i}")
+        key = record_key(b.conversation_id, b.append_id)
+        producer.send(raw_topic, key=key, value=_event(b), partition=partition_for_key(key, 1)).get(30)
+
+    raw_rate, raw_lat = _threads(writers, per, raw_one)
+    producer.close()
+    e50, e99 = _pct(eng_lat)
+    r50, r99 = _pct(raw_lat)
+    return {"writers": writers, "engine_per_s": round(eng_rate), "raw_producer_per_s": round(raw_rate),
+            "vs_raw": round(eng_rate / raw_rate, 3), "engine_p50_ms": round(e50 / 1000, 2),
+            "engine_p99_ms": round(e99 / 1000, 2), "raw_p50_ms": round(r50 / 1000, 2),
+            "raw_p99_ms": round(r99 / 1000, 2)}
+
+
+def _replay(bootstrap: str, root: Path, batches: int, progress: bool) -> dict[str, Any]:
+    topic = f"histlog-bench-replay-{uuid.uuid4().hex[:8]}"
+    KafkaLog(bootstrap, topic).close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
+                             batch_size=256 * 1024)
+    for i in range(batches):
+        b = _batch(f"conv-{i % 1000}", f"a-{i}")
+        producer.send(topic, key=record_key(b.conversation_id, b.append_id), value=_event(b), partition=0)
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+                             max_poll_records=2000)
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 0)
+    start, n = time.perf_counter(), 0
+    while n < batches:
+        for records in consumer.poll(timeout_ms=1000).values():
+            for r in records:
+                decode_event(r.value)
+            n += len(records)
+    scan_rate = n / (time.perf_counter() - start)
+    consumer.close()
+
+    def show(done: int, total: int) -> None:
+        if progress:
+            print(f"\r  replay {done}/{total}", end="", file=sys.stderr, flush=True)
+
+    start = time.perf_counter()
+    with HistoryEngine.open(kafka=bootstrap, topic=topic, state_dir=root / "replay", progress=show) as engine:
+        rate = batches / (time.perf_counter() - start)
+        assert engine.stats().accepted == batches  # Invariant: the replay applied every batch.
+    if progress:
+        print(file=sys.stderr)
+    return {"batches": batches, "replay_events_per_s": round(rate), "raw_consume_decode_per_s": round(scan_rate),
+            "vs_raw": round(rate / scan_rate, 3)}
+
+
+def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
+    root = Path(tempfile.mkdtemp(prefix="histlog-bench-kafka-state-"))
+    try:
+        with _broker() as bootstrap:
+            total = 1500 if quick else 6000
+            appends = [_appends(bootstrap, root, w, total) for w in (1, 16, 64)]
+            replay = _replay(bootstrap, root, 10_000 if quick else 50_000, progress)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return {"bench": "kafka", "appends": appends, "replay": replay}
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = ["Kafka appends (acks=all, idempotent, 2-message batches)",
+             f"  {'writers':>7} {'engine/s':>9} {'raw/s':>8} {'ratio':>6} "
+             f"{'engine p50/p99 ms':>18} {'raw p50/p99 ms':>15}"]
+    for a in result["appends"]:
+        lines.append(f"  {a['writers']:>7} {a['engine_per_s']:>9} {a['raw_producer_per_s']:>8} {a['vs_raw']:>6} "
+                     f"{a['engine_p50_ms']:>8} / {a['engine_p99_ms']:<7} {a['raw_p50_ms']:>6} / {a['raw_p99_ms']:<6}")
+    r = result["replay"]
+    lines.append(f"replay from Kafka into a fresh state: {r['batches']} events at {r['replay_events_per_s']}/s "
+                 f"(raw consume+decode {r['raw_consume_decode_per_s']}/s, ratio {r['vs_raw']})")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    res = run(quick="--quick" in sys.argv)
+    print(report(res))
+    print(json.dumps(res))
