@@ -12,7 +12,7 @@ demo: install
 	histlog demo
 
 lint:
-	ruff check engine projections schemas tests bench
+	ruff check engine projections schemas tests bench examples
 	mypy
 
 test: install lint

@@ -35,6 +35,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
+from projections.custom import Projection
 from schemas.errors import (
     AppendConflict,
     CommitUnconfirmed,
@@ -631,9 +632,36 @@ def cmd_rebuild(ns: argparse.Namespace, target: Target, out: Out) -> int:
     return OK
 
 
+def load_projection(spec: str) -> Projection:
+    """``module.path:ClassName`` → an instance of that ``projections.Projection`` subclass."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"--projection {spec!r}: expected MODULE:CLASS, e.g. examples.projections:MessageCount")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # so projections in the current project import
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(f"--projection {spec!r}: cannot import it ({exc})") from None
+    if not (isinstance(cls, type) and issubclass(cls, Projection)):
+        raise UsageError(f"--projection {spec!r} is not a projections.Projection subclass")
+    return cls()
+
+
 def cmd_replay(ns: argparse.Namespace, target: Target, out: Out) -> int:
-    raise Unsupported(f"replay --projection {ns.projection}: custom projections (HistoryEngine.register / "
-                      "rebuild) are not available in this version of histlog")
+    projection = load_projection(ns.projection)
+    with target.open() as engine:
+        bar = ProgressBar(f"replay {projection.name}")
+        started = time.monotonic()
+        try:
+            engine.register(projection, progress=bar)
+            engine.rebuild(projection.name, progress=bar)
+        finally:
+            bar.finish()
+        elapsed = time.monotonic() - started
+        rows = len(engine.view(projection.name).scan())
+    _print(out, f"replay: projection {projection.name!r} rebuilt from offset 0 in {elapsed:.2f} s ({rows} rows)")
+    return OK
 
 
 def cmd_log_verify(ns: argparse.Namespace, target: Target, out: Out) -> int:
@@ -795,8 +823,10 @@ def build_parser() -> argparse.ArgumentParser:
             "progress bar on stderr; prints the records replayed and the rate. Nothing else may use the "
             "data dir meanwhile.")
 
-    p = command("replay", cmd_replay, "replay one custom projection from offset 0 (not available yet)")
-    p.add_argument("--projection", metavar="NAME", required=True)
+    p = command("replay", cmd_replay, "rebuild one custom projection from offset 0",
+                "Import the projection class MODULE:CLASS (from the current directory or the installed "
+                "packages), delete its state and replay the log into it from offset 0, with a progress bar.")
+    p.add_argument("--projection", metavar="MODULE:CLASS", required=True)
 
     p = command("log", _needs_subcommand, "tools for the log itself (log verify)")
     log_sub = p.add_subparsers(dest="log_command", metavar="LOG_COMMAND", parser_class=_Parser, required=True)

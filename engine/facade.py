@@ -20,6 +20,7 @@ from typing import Any
 from engine.log.base import Log, record_key
 from engine.log.file import FileLog, FsyncPolicy
 from projections.admission import Decision, Outcome
+from projections.custom import Projection, ProjectionView
 from projections.keys import meta_key
 from projections.reads import Reads
 from projections.runtime import Projector, checkpoints
@@ -34,6 +35,7 @@ from schemas.errors import (
     InvalidBatch,
     InvalidWindow,
     LogUnavailable,
+    NotFound,
 )
 from schemas.events import BatchAppended, ConversationCleared, encode_event
 from schemas.ids import ConversationID
@@ -78,6 +80,7 @@ class HistoryEngine:
     def __init__(self, log_: Log, state_dir: Path, identity: dict[str, Any], *,
                  progress: Progress | None = None) -> None:
         self._log = log_
+        self._projections: dict[str, Projection] = {}
         self._closed = False
         self._close_lock = threading.Lock()
         try:
@@ -289,6 +292,49 @@ class HistoryEngine:
         s = self._projector.stats()
         return EngineStats(ends, applied, [max(e - a, 0) for e, a in zip(ends, applied, strict=True)],
                            s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt)
+
+    # -- custom projections ----------------------------------------------------------------------
+    def register(self, projection: Projection, wait: bool = True, *, progress: Progress | None = None) -> None:
+        """Catch ``projection`` up from its checkpoint (offset 0 the first time) and keep it live.
+
+        ``wait=True`` returns once it has caught up with the log end; ``wait=False`` catches up on
+        a background thread (``view`` then shows its progress; a failure is kept and reported).
+        """
+        self._check_open()
+        if not isinstance(projection, Projection):
+            raise HistoryError(f"register() takes a projections.Projection, got {type(projection).__name__}")
+        self._projections[projection.name] = projection
+        if wait:
+            self._projector.register(projection, self._log.read, progress=progress)
+            return
+
+        def run() -> None:
+            try:
+                self._projector.register(projection, self._log.read, progress=progress)
+            except Exception:
+                log.exception("background registration of projection %r failed", projection.name)
+
+        threading.Thread(target=run, name=f"histlog-register-{projection.name}", daemon=True).start()
+
+    def rebuild(self, name: str, *, progress: Progress | None = None) -> None:
+        """Delete a registered projection's state and replay it from offset 0; returns once caught up."""
+        self._check_open()
+        projection = self._projections.get(name)
+        if projection is None:
+            raise NotFound(f"no projection named {name!r} was registered with this engine; register() it first")
+        self._projector.drop(name)
+        self._projector.register(projection, self._log.read, progress=progress)
+
+    def view(self, name: str) -> ProjectionView:
+        """Read a projection's state (``get(key)``, ``scan(prefix)``) as of its last applied event."""
+        self._check_open()
+        error = self._projector.projection_errors.get(name)
+        if error is not None:
+            raise HistoryError(f"projection {name!r} stopped after an error ({error!r}); "
+                               "fix it and register() it again (it resumes from its checkpoint)")
+        if name not in self._projections and not self._projector.has_checkpoint(name):
+            raise NotFound(f"no projection named {name!r} in this state; register() it first")
+        return ProjectionView(self._store, name)
 
     def poison(self) -> list[tuple[LogPosition, str]]:
         """Quarantined poison records: their position and why they were skipped."""

@@ -5,8 +5,20 @@ replaying the log rebuilds exactly the same state.
 """
 
 from projections.admission import Decision, Outcome
+from projections.custom import Projection, ProjectionTx, ProjectionView
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent
 from projections.runtime import Projector
 from projections.store import StateStore
 
-__all__ = ["BatchEvent", "ClearEvent", "Decision", "Outcome", "ProjectedEvent", "Projector", "StateStore"]
+__all__ = [
+    "BatchEvent",
+    "ClearEvent",
+    "Decision",
+    "Outcome",
+    "ProjectedEvent",
+    "Projection",
+    "ProjectionTx",
+    "ProjectionView",
+    "Projector",
+    "StateStore",
+]

@@ -16,15 +16,20 @@ from __future__ import annotations
 import contextlib
 import heapq
 import logging
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from projections import keys
 from projections.admission import Decision, Known, admit
-from projections.store import StateStore
+from projections.custom import Projection, ProjectionTx, check_name, keyspace
+from projections.events import ProjectedEvent
+from projections.store import StateStore, Tx
 from schemas.batch import Batch
+from schemas.errors import HistoryError
 from schemas.positions import LogPosition
 
 __all__ = ["CORE", "CursorLike", "Projector", "RecordLike", "checkpoints"]
@@ -63,6 +68,11 @@ def checkpoints(store: StateStore, partitions: int, name: str = CORE) -> list[in
     return out
 
 
+ReadFn = Callable[[int, int, int], Sequence[RecordLike]]
+"""``read(partition, from_offset, max_records)``: records of one partition (the log's ``read``)."""
+ProgressFn = Callable[[int, int], None]
+
+
 class Projector:
     """Applies log records to a ``StateStore``; thread-safe to wait on and to read stats from."""
 
@@ -81,6 +91,9 @@ class Projector:
         self._cursor: CursorLike | None = None
         self._stopping = False
         self._known: Known = {}
+        self._step_lock = threading.Lock()  # one step at a time; custom projections go live under it
+        self._live: dict[str, Projection] = {}
+        self.projection_errors: dict[str, BaseException] = {}
         self.failure: BaseException | None = None
         self.poll_error: BaseException | None = None
 
@@ -134,7 +147,13 @@ class Projector:
     # -- the step ----------------------------------------------------------------------------
     def apply(self, records: Sequence[RecordLike]) -> None:
         """Apply one step atomically and publish it. Records already applied are ignored."""
+        with self._step_lock:
+            self._apply(records)
+
+    def _apply(self, records: Sequence[RecordLike]) -> None:
         tx = self.store.tx()
+        live = dict(self._live)
+        step_txs: dict[str, ProjectionTx] = {}
         stats = keys.Stats(**{f: getattr(self._stats, f) for f in keys.Stats.__slots__})
         applied = list(self._applied)
         decided: list[tuple[tuple[int, int], Decision]] = []
@@ -142,16 +161,25 @@ class Projector:
             p, o = r.partition, r.offset
             if o < applied[p]:
                 continue  # Invariant: replays after a seek never apply a record twice.
-            decision, _event = admit(tx, stats, LogPosition(p, o), r.key, r.value, known=self._known)
+            decision, event = admit(tx, stats, LogPosition(p, o), r.key, r.value, known=self._known,
+                                    want_event=bool(live))
+            if event is not None:
+                self._feed(live, step_txs, tx, event)
             applied[p] = o + 1
             decided.append(((p, o), decision))
         if not decided:
             return
+        for name, ptx in step_txs.items():
+            if name in live:
+                ptx.commit()
         for p in range(self.partitions):
             if applied[p] != self._applied[p]:
-                tx.put(keys.checkpoint_key(CORE, p), keys.u64(applied[p]))
+                for name in (CORE, *live):
+                    tx.put(keys.checkpoint_key(name, p), keys.u64(applied[p]))
         tx.put(keys.STATS_KEY, stats.encode())
         tx.commit()
+        for name in set(self._live) - set(live):  # failed in this step
+            del self._live[name]
         with self._cond:
             self._applied = applied
             self._stats = stats
@@ -164,6 +192,113 @@ class Projector:
                 while heap and heap[0][0] < applied[p]:
                     heapq.heappop(heap)[2].set()
             self._cond.notify_all()
+
+    def _feed(self, live: dict[str, Projection], step_txs: dict[str, ProjectionTx], tx: Tx,
+              event: ProjectedEvent) -> None:
+        """Give one accepted event to every live custom projection; a projection that raises is
+        dropped from this step (its writes with it) and stops until it is registered again."""
+        for name, projection in list(live.items()):
+            ptx = step_txs.get(name)
+            if ptx is None:
+                ptx = step_txs[name] = ProjectionTx(tx, name)
+            try:
+                projection.apply(event, ptx)
+            except Exception as e:
+                log.exception("custom projection %r failed at %s; it is stopped until registered again",
+                              name, event.position)
+                self.projection_errors[name] = e
+                del live[name]
+
+    # -- custom projections --------------------------------------------------------------------
+    def register(self, projection: Projection, read: ReadFn, *, progress: ProgressFn | None = None) -> None:
+        """Catch ``projection`` up from its checkpoint and make it live (applied in every step).
+
+        Catch-up replays the log from offset 0 through a scratch admission state (only admission
+        knows which records were accepted), delivering accepted events at or after the
+        projection's checkpoint; each catch-up step writes the projection's rows and checkpoint in
+        one WriteBatch. It goes live under the step lock once it has reached the core checkpoint.
+        """
+        name = check_name(getattr(projection, "name", None))
+        with self._step_lock:
+            if name in self._live:
+                if self._live[name] is projection:
+                    return
+                raise HistoryError(f"a projection named {name!r} is already registered; names must be unique")
+        self.projection_errors.pop(name, None)
+        scratch_dir = Path(tempfile.mkdtemp(prefix=f".replay-{self.store.path.name}-", dir=self.store.path.parent))
+        scratch = StateStore(scratch_dir)
+        try:
+            self._catch_up(projection, name, scratch, read, progress)
+        finally:
+            scratch.close()
+            StateStore.destroy(scratch_dir)
+
+    def _catch_up(self, projection: Projection, name: str, scratch: StateStore, read: ReadFn,
+                  progress: ProgressFn | None) -> None:
+        start = checkpoints(self.store, self.partitions, name)
+        done = [0] * self.partitions  # next offset of the scratch admission, per partition
+        while True:
+            targets = self.applied_offsets()
+            total = sum(targets)
+            for p in range(self.partitions):
+                while done[p] < targets[p]:
+                    records = [r for r in read(p, done[p], _MAX_RECORDS) if r.offset < targets[p]]
+                    if not records:
+                        raise HistoryError(f"the log has no records at {p}:{done[p]} although they were "
+                                           "applied; is this state from another log?")
+                    self._catch_up_step(projection, name, scratch, records, start[p])
+                    done[p] = records[-1].offset + 1
+                    if progress is not None:
+                        progress(sum(done), total)
+            with self._step_lock:
+                if self.applied_offsets() == done:
+                    self._live[name] = projection
+                    return
+
+    def _catch_up_step(self, projection: Projection, name: str, scratch: StateStore,
+                       records: Sequence[RecordLike], start: int) -> None:
+        admission_tx, tx = scratch.tx(), self.store.tx()
+        ptx = ProjectionTx(tx, name)
+        for r in records:
+            deliver = r.offset >= start
+            _, event = admit(admission_tx, keys.Stats(), LogPosition(r.partition, r.offset), r.key, r.value,
+                             want_event=deliver)
+            if event is not None:
+                try:
+                    projection.apply(event, ptx)
+                except Exception as e:
+                    self.projection_errors[name] = e
+                    raise HistoryError(f"custom projection {name!r} failed at {event.position}: {e!r}; "
+                                       "fix it and register it again (it resumes from its checkpoint)") from e
+        last = records[-1]
+        if last.offset + 1 > start:
+            ptx.commit()
+            tx.put(keys.checkpoint_key(name, last.partition), keys.u64(last.offset + 1))
+            tx.commit()
+        admission_tx.commit()
+
+    def unregister(self, name: str) -> None:
+        """Stop applying ``name`` (its state and checkpoint stay)."""
+        with self._step_lock:
+            self._live.pop(name, None)
+
+    def drop(self, name: str) -> None:
+        """Stop ``name`` and delete its state and checkpoints (``rebuild`` starts from here)."""
+        with self._step_lock:
+            self._live.pop(name, None)
+            tx = self.store.tx()
+            tx.delete_range(*keyspace(name))
+            for p in range(self.partitions):
+                tx.delete(keys.checkpoint_key(name, p))
+            tx.commit()
+
+    def has_checkpoint(self, name: str) -> bool:
+        prefix = keys.checkpoint_key(name, 0)[:-4]
+        return any(True for _ in self.store.iterator().scan(prefix, prefix[:-1] + b"\x01"))
+
+    def is_live(self, name: str) -> bool:
+        with self._step_lock:
+            return name in self._live
 
     # -- waiting and reading -----------------------------------------------------------------
     @contextlib.contextmanager

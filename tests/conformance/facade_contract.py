@@ -11,16 +11,19 @@ from typing import Any, Protocol
 import pytest
 
 from engine import HistoryEngine, WindowReader
+from projections import BatchEvent, ClearEvent, ProjectedEvent, Projection, ProjectionTx
 from schemas import (
     AppendConflict,
     Batch,
     ConversationClosed,
+    HistoryError,
     HistoryPosition,
     InvalidAppendID,
     InvalidBatch,
     InvalidConversationID,
     InvalidWindow,
     Message,
+    NotFound,
     Receipt,
     ToolCallPart,
     ToolOutput,
@@ -309,3 +312,117 @@ class FacadeContract:
             assert (s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt) == (
                 stats_before.accepted, stats_before.duplicates, stats_before.conflicts,
                 stats_before.rejected_closed, stats_before.corrupt)
+
+
+# -- custom projections ------------------------------------------------------------------------
+class Recorder(Projection):
+    """Counts messages per conversation and records the order of every event it sees."""
+
+    name = "recorder"
+
+    def apply(self, event: ProjectedEvent, tx: ProjectionTx) -> None:
+        n = int(tx.get(b"events") or b"0")
+        tx.put(b"events", str(n + 1).encode())
+        conv = event.conversation_id.encode()
+        if isinstance(event, BatchEvent):
+            count = int(tx.get(b"count/" + conv) or b"0") + len(event.messages)
+            tx.put(b"count/" + conv, str(count).encode())
+            tx.put(b"seq/" + conv + b"/" + event.append_id.encode(), str(event.first_seq).encode())
+        else:
+            assert isinstance(event, ClearEvent)
+            for key, _ in tx.scan(b"seq/" + conv + b"/"):
+                tx.delete(key)
+            tx.put(b"count/" + conv, b"cleared")
+
+
+class Fragile(Recorder):
+    """Fails on any batch whose first message says 'boom' while ``armed``."""
+
+    name = "fragile"
+    armed = True
+
+    def apply(self, event: ProjectedEvent, tx: ProjectionTx) -> None:
+        if self.armed and isinstance(event, BatchEvent) and event.messages[0].text() == "boom":
+            raise RuntimeError("boom")
+        super().apply(event, tx)
+
+
+def _projection_state(engine: HistoryEngine, name: str) -> list[tuple[bytes, bytes]]:
+    return engine.view(name).scan(b"")
+
+
+class ProjectionContract:
+    """Custom projections (API.md): the same rules on every backend."""
+
+    @pytest.fixture
+    def backend(self) -> Backend:
+        raise NotImplementedError
+
+    def test_a_new_projection_catches_up_with_accepted_events_only(self, backend: Backend) -> None:
+        with backend.open() as eng:
+            eng.append(turn("a", "1", "x"))
+            eng.append(turn("a", "1", "x"))  # duplicate: not delivered
+            with pytest.raises(AppendConflict):
+                eng.append(turn("a", "1", "y"))
+            eng.append(turn("b", "1", "y", tool=True))
+            eng.clear("b")
+            with pytest.raises(ConversationClosed):
+                eng.append(turn("b", "2", "z"))
+            eng.register(Recorder())
+            view = eng.view("recorder")
+            assert view.get(b"events") == b"3"  # two batches and one clear
+            assert view.get(b"count/a") == b"2" and view.get(b"count/b") == b"cleared"
+            assert view.get(b"seq/a/1") == b"1"
+            eng.append(turn("a", "2", "more"))  # live from now on
+            assert eng.view("recorder").get(b"count/a") == b"4"
+            assert eng.view("recorder").get(b"seq/a/2") == b"3"
+
+    def test_a_registered_projection_resumes_from_its_checkpoint(self, backend: Backend) -> None:
+        with backend.open() as eng:
+            eng.append(turn("a", "1", "x"))
+            eng.register(Recorder())
+            eng.append(turn("a", "2", "x"))
+            before = _projection_state(eng, "recorder")
+        with backend.open() as eng:
+            eng.register(Recorder())  # nothing is delivered twice
+            assert _projection_state(eng, "recorder") == before
+            eng.append(turn("a", "3", "x"))
+            assert eng.view("recorder").get(b"events") == b"3"
+
+    def test_rebuild_replays_from_offset_zero_to_the_same_state(self, backend: Backend) -> None:
+        with backend.open() as eng:
+            eng.register(Recorder())
+            for i in range(10):
+                eng.append(turn(f"c{i % 3}", f"a{i}", f"m{i}"))
+            eng.clear("c1")
+            live = _projection_state(eng, "recorder")
+            eng.rebuild("recorder")
+            assert _projection_state(eng, "recorder") == live
+
+    def test_a_failing_projection_stops_alone_and_resumes_when_fixed(self, backend: Backend) -> None:
+        with backend.open() as eng:
+            fragile = Fragile()
+            eng.register(fragile)
+            eng.append(turn("a", "1", "fine"))
+            eng.append(turn("a", "2", "boom"))  # the history goes on
+            eng.append(turn("a", "3", "after"))
+            assert len(eng.read("a")) == 6
+            with pytest.raises(HistoryError):
+                eng.view("fragile")
+            fragile.armed = False
+            eng.register(fragile)  # resumes from before the failing event
+            assert eng.view("fragile").get(b"events") == b"3"
+            assert eng.view("fragile").get(b"count/a") == b"6"
+
+    def test_view_of_an_unknown_projection_and_bad_names(self, backend: Backend) -> None:
+        with backend.open() as eng:
+            with pytest.raises(NotFound):
+                eng.view("nope")
+            with pytest.raises(NotFound):
+                eng.rebuild("nope")
+
+            class Unnamed(Recorder):
+                name = ""
+
+            with pytest.raises(HistoryError):
+                eng.register(Unnamed())

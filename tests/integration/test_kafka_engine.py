@@ -27,7 +27,7 @@ from schemas import (
     Message,
     Receipt,
 )
-from tests.conformance.facade_contract import FacadeContract, snapshot, turn
+from tests.conformance.facade_contract import FacadeContract, ProjectionContract, snapshot, turn
 from tests.kafka_broker import KafkaCluster, unique_topic
 
 pytestmark = pytest.mark.kafka
@@ -58,6 +58,12 @@ class TestKafkaFacadeThreePartitions(FacadeContract):
     @pytest.fixture
     def backend(self, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaBackend:
         return KafkaBackend(kafka_bootstrap, kafka_topic, tmp_path / "state", partitions=3)
+
+
+class TestKafkaProjections(ProjectionContract):
+    @pytest.fixture
+    def backend(self, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaBackend:
+        return KafkaBackend(kafka_bootstrap, kafka_topic, tmp_path / "state", partitions=2)
 
 
 @pytest.fixture

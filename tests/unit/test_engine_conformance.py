@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine import HistoryEngine
-from tests.conformance.facade_contract import FacadeContract
+from tests.conformance.facade_contract import FacadeContract, ProjectionContract
 
 
 class FileBackend:
@@ -36,3 +36,9 @@ class TestEmbeddedFacadeFourPartitions(FacadeContract):
                 return HistoryEngine.open(self.path, partitions=4)
 
         return Four(tmp_path / "data")
+
+
+class TestEmbeddedProjections(ProjectionContract):
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> FileBackend:
+        return FileBackend(tmp_path / "data")

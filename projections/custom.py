@@ -1,0 +1,146 @@
+"""Custom projections: your own read models, built from the same accepted events.
+
+Subclass ``Projection``, give it a stable ``name`` and an ``apply(event, tx)``::
+
+    class MessageCount(Projection):
+        name = "message-count"
+
+        def apply(self, event: ProjectedEvent, tx: ProjectionTx) -> None:
+            if isinstance(event, BatchEvent):
+                key = event.conversation_id.encode()
+                n = int(tx.get(key) or b"0") + len(event.messages)
+                tx.put(key, str(n).encode())
+            else:  # ClearEvent
+                tx.delete(event.conversation_id.encode())
+
+Promises (API.md "projections — custom projections"):
+
+* ``apply`` sees only accepted events (``BatchEvent``, ``ClearEvent``), each once, in log
+  order per partition; duplicates, conflicts, rejected appends and poison are never delivered.
+* ``tx`` writes go into the projection's own keyspace, in the **same RocksDB WriteBatch** as the
+  projection's checkpoint (and, once it is live, as admission's), so a crash can never leave
+  the projection ahead of or behind its checkpoint.
+* ``engine.register(p)`` catches it up from its checkpoint (offset 0 the first time) and keeps
+  it live; ``engine.rebuild(name)`` replays it from offset 0; ``engine.view(name)`` reads it.
+* If ``apply`` raises, the projection stops (its writes for that step are dropped and its
+  checkpoint stays before the event), the error is kept (``view`` and ``register`` report it),
+  and the engine goes on: one buggy read model never blocks the history.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import ClassVar
+
+from projections.events import ProjectedEvent
+from projections.store import StateStore, Tx
+from schemas.errors import HistoryError
+
+__all__ = ["Projection", "ProjectionTx", "ProjectionView", "check_name", "keyspace"]
+
+_MAX_NAME_BYTES = 200
+RESERVED = {"core"}
+
+
+def check_name(name: object) -> str:
+    """A projection name: a non-empty str without NUL/control characters, at most 200 bytes."""
+    if not isinstance(name, str) or not name:
+        raise HistoryError(f"a projection needs a non-empty str `name`, got {name!r}")
+    if any(ord(ch) < 0x20 for ch in name) or len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+        raise HistoryError(f"projection name {name!r} must have no control characters and at most "
+                           f"{_MAX_NAME_BYTES} UTF-8 bytes")
+    if name in RESERVED:
+        raise HistoryError(f"projection name {name!r} is reserved; choose another")
+    return name
+
+
+def keyspace(name: str) -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of every state key of the projection ``name``."""
+    prefix = b"U" + name.encode("utf-8") + b"\x00"
+    return prefix, prefix[:-1] + b"\x01"
+
+
+class Projection(abc.ABC):
+    """Base class of custom projections (no required ``__init__`` arguments)."""
+
+    name: ClassVar[str]
+
+    @abc.abstractmethod
+    def apply(self, event: ProjectedEvent, tx: ProjectionTx) -> None:
+        """Fold one accepted event into the projection's state (through ``tx`` only)."""
+
+
+class ProjectionTx:
+    """A projection's view of one step: reads see its own writes; writes commit atomically with
+    its checkpoint. Keys and values are bytes; ``scan`` returns ``(key, value)`` in key order."""
+
+    __slots__ = ("_lower", "_pending", "_tx", "_upper")
+
+    def __init__(self, tx: Tx, name: str) -> None:
+        self._tx = tx
+        self._lower, self._upper = keyspace(name)
+        self._pending: dict[bytes, bytes | None] = {}
+
+    def _key(self, key: bytes) -> bytes:
+        if not isinstance(key, bytes | bytearray):
+            raise TypeError(f"projection keys are bytes, got {type(key).__name__}")
+        return self._lower + bytes(key)
+
+    def get(self, key: bytes) -> bytes | None:
+        k = self._key(key)
+        if k in self._pending:
+            return self._pending[k]
+        return self._tx.get(k)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        if not isinstance(value, bytes | bytearray):
+            raise TypeError(f"projection values are bytes, got {type(value).__name__}")
+        self._pending[self._key(key)] = bytes(value)
+
+    def delete(self, key: bytes) -> None:
+        self._pending[self._key(key)] = None
+
+    def scan(self, prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
+        lower = self._key(prefix)
+        upper = _prefix_end(lower)
+        merged = dict(self._tx.scan(lower, upper))
+        for k, v in self._pending.items():
+            if lower <= k < upper:
+                if v is None:
+                    merged.pop(k, None)
+                else:
+                    merged[k] = v
+        cut = len(self._lower)
+        return [(k[cut:], v) for k, v in sorted(merged.items())]
+
+    def commit(self) -> None:
+        """Move this step's writes into the shared transaction (after ``apply`` succeeded)."""
+        for k, v in self._pending.items():
+            if v is None:
+                self._tx.delete(k)
+            else:
+                self._tx.put(k, v)
+        self._pending.clear()
+
+
+def _prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with ``prefix``."""
+    stripped = prefix.rstrip(b"\xff")
+    return stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else b"\xff" * (len(prefix) + 1)
+
+
+class ProjectionView:
+    """Read-only access to a projection's state as of the last applied event."""
+
+    def __init__(self, store: StateStore, name: str) -> None:
+        self._store = store
+        self._lower, self._upper = keyspace(name)
+
+    def get(self, key: bytes) -> bytes | None:
+        return self._store.get(self._lower + key)
+
+    def scan(self, prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
+        """``(key, value)`` pairs whose key starts with ``prefix``, in key order (a detached list)."""
+        lower = self._lower + prefix
+        cut = len(self._lower)
+        return [(k[cut:], v) for k, v in self._store.iterator().scan(lower, _prefix_end(lower))]
