@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import sys
 import tempfile
 import threading
@@ -26,45 +25,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from uuid import NAMESPACE_URL, UUID, uuid5
 
+from bench.common import batch, conversation, percentiles, run_threads
 from engine import HistoryEngine
 from engine.log.base import record_key
 from engine.log.file import FileLog
-from schemas import Batch, Message
 from schemas.events import BatchAppended, decode_event, encode_event
 
 __all__ = ["run"]
-
-
-def _batch(conv: str, aid: str) -> Batch:
-    return Batch(conv, aid, [Message.user(f"what is the status of order {aid}?"),
-                             Message.assistant(f"Order {aid} shipped yesterday; it arrives Friday.")])
-
-
-def _threads(n: int, per_thread: int, fn: Callable[[int, int], object]) -> float:
-    """Run ``fn(thread, i)`` ``per_thread`` times in each of ``n`` threads; returns ops/s."""
-    barrier = threading.Barrier(n + 1)
-    errors: list[BaseException] = []
-
-    def work(t: int) -> None:
-        barrier.wait()
-        try:
-            for i in range(per_thread):
-                fn(t, i)
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
-    for th in threads:
-        th.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for th in threads:
-        th.join()
-    elapsed = time.perf_counter() - start
-    if errors:
-        raise errors[0]
-    return n * per_thread / elapsed
 
 
 try:  # the peer library, defined once at import (it registers aggregate topics globally)
@@ -77,6 +46,10 @@ try:  # the peer library, defined once at import (it registers aggregate topics 
         def __init__(self, name: str) -> None:
             self.name = name
             self.appends: dict[str, str] = {}
+
+        @staticmethod
+        def create_id(name: str) -> UUID:
+            return uuid5(NAMESPACE_URL, name)
 
         @event("Appended")
         def append(self, append_id: str, digest: str, messages: str) -> None:
@@ -94,24 +67,24 @@ def _eventsourcing_rate(root: Path, writers: int, per_thread: int) -> float | No
     """eventsourcing 9 on SQLite: get the aggregate, dedup by append id, record, save."""
     if not HAVE_EVENTSOURCING:
         return None
+    from eventsourcing.application import AggregateNotFoundError
+
     app = _Histories(env={"PERSISTENCE_MODULE": "eventsourcing.sqlite",
                           "SQLITE_DBNAME": str(root / "es.sqlite")})
-    ids = {}
-    for t in range(writers):
-        conv = _Conversation(f"conv-{t}")
-        app.save(conv)
-        ids[t] = conv.id
     lock = threading.Lock()  # its SQLite recorder takes one writer at a time
 
     def one(t: int, i: int) -> None:
-        b = _batch(f"conv-{t}", f"a-{t}-{i}")
+        b = batch(conversation(t, i), f"a-{t}-{i}")
         with lock:
-            conv = app.repository.get(ids[t])
+            try:
+                conv = app.repository.get(_Conversation.create_id(b.conversation_id))
+            except AggregateNotFoundError:
+                conv = _Conversation(b.conversation_id)
             if str(b.append_id) not in conv.appends:
                 conv.append(str(b.append_id), b.digest, b.canonical_json().decode())
                 app.save(conv)
 
-    rate = _threads(writers, per_thread, one)
+    rate, _ = run_threads(writers, per_thread, one)
     app.close()
     return rate
 
@@ -120,16 +93,16 @@ def _appends(root: Path, writers: int, total: int) -> dict[str, Any]:
     per_thread = max(total // writers, 1)
     eng_dir = root / f"eng-{writers}"
     with HistoryEngine.open(eng_dir) as engine:
-        engine_rate = _threads(writers, per_thread,
-                               lambda t, i: engine.append(_batch(f"conv-{t % 8}", f"a-{t}-{i}")))
+        engine_rate, _ = run_threads(writers, per_thread,
+                                     lambda t, i: engine.append(batch(conversation(t, i), f"a-{t}-{i}")))
     raw = FileLog(root / f"raw-{writers}", 1)
 
     def raw_one(t: int, i: int) -> None:  # the same work minus the projector round trip
-        b = _batch(f"conv-{t % 8}", f"a-{t}-{i}")
+        b = batch(conversation(t, i), f"a-{t}-{i}")
         raw.append(record_key(b.conversation_id, b.append_id), encode_event(BatchAppended(
             b.conversation_id, b.append_id, b.digest, b.canonical_json(), len(b), b.content_bytes(), 0)))
 
-    raw_rate = _threads(writers, per_thread, raw_one)
+    raw_rate, _ = run_threads(writers, per_thread, raw_one)
     raw.close()
     (root / f"es-{writers}").mkdir()
     es_rate = _eventsourcing_rate(root / f"es-{writers}", writers, max(per_thread // 2, 1))
@@ -143,7 +116,7 @@ def _replay(root: Path, batches: int, progress: bool) -> dict[str, Any]:
     data = root / "replay"
     log = FileLog(data / "log", 1, fsync="never")
     for i in range(batches):
-        b = _batch(f"conv-{i % 1000}", f"a-{i}")
+        b = batch(f"conv-{i % 1000}", f"a-{i}")
         log.append(record_key(b.conversation_id, b.append_id), encode_event(BatchAppended(
             b.conversation_id, b.append_id, b.digest, b.canonical_json(), len(b), b.content_bytes(),
             1_767_225_600_000 + i)))
@@ -181,8 +154,7 @@ def _latency(fn: Callable[[], object], n: int) -> tuple[float, float]:
         t = time.perf_counter_ns()
         fn()
         samples.append((time.perf_counter_ns() - t) / 1000)
-    samples.sort()
-    return statistics.median(samples), samples[min(int(n * 0.99), n - 1)]
+    return percentiles(samples)
 
 
 def _reads(root: Path, sizes: list[int], n: int) -> list[dict[str, Any]]:
@@ -191,7 +163,7 @@ def _reads(root: Path, sizes: list[int], n: int) -> list[dict[str, Any]]:
         for size in sizes:
             conv = f"conv-{size}"
             for i in range(size // 2):
-                engine.append(_batch(conv, f"a-{i}"))
+                engine.append(batch(conv, f"a-{i}"))
             r50, r99 = _latency(lambda c=conv: engine.read(c), max(n // max(size // 100, 1), 20))
             w50, w99 = _latency(lambda c=conv: engine.window(c, 20), n)
             out.append({"messages": size, "read_p50_us": round(r50), "read_p99_us": round(r99),

@@ -18,34 +18,28 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from bench.common import batch, conversation, percentiles, run_threads
 from engine import HistoryEngine
 from engine.log.base import partition_for_key, record_key
 from engine.log.kafka import KafkaLog
-from schemas import Batch, Message
+from schemas import Batch
 from schemas.events import BatchAppended, decode_event, encode_event
 
 __all__ = ["report", "run"]
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _batch(conv: str, aid: str) -> Batch:
-    return Batch(conv, aid, [Message.user(f"what is the status of order {aid}?"),
-                             Message.assistant(f"Order {aid} shipped yesterday; it arrives Friday.")])
 
 
 def _event(b: Batch) -> bytes:
@@ -71,60 +65,26 @@ def _broker() -> Iterator[str]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _threads(n: int, per_thread: int, fn: Callable[[int, int], object]) -> tuple[float, list[float]]:
-    """Run ``fn`` per_thread times in each of n threads; ops/s and per-call latencies (µs)."""
-    barrier = threading.Barrier(n + 1)
-    latencies: list[list[float]] = [[] for _ in range(n)]
-    errors: list[BaseException] = []
-
-    def work(t: int) -> None:
-        barrier.wait()
-        mine = latencies[t]
-        try:
-            for i in range(per_thread):
-                s = time.perf_counter_ns()
-                fn(t, i)
-                mine.append((time.perf_counter_ns() - s) / 1000)
-        except BaseException as e:
-            errors.append(e)
-
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
-    for th in threads:
-        th.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for th in threads:
-        th.join()
-    elapsed = time.perf_counter() - start
-    if errors:
-        raise errors[0]
-    return n * per_thread / elapsed, [x for lst in latencies for x in lst]
-
-
-def _pct(samples: list[float]) -> tuple[float, float]:
-    s = sorted(samples)
-    return statistics.median(s), s[min(int(len(s) * 0.99), len(s) - 1)]
-
-
 def _appends(bootstrap: str, root: Path, writers: int, total: int) -> dict[str, Any]:
     per = max(total // writers, 1)
     topic = f"histlog-bench-{uuid.uuid4().hex[:8]}"
     with HistoryEngine.open(kafka=bootstrap, topic=topic, state_dir=root / f"state-{writers}") as engine:
-        eng_rate, eng_lat = _threads(writers, per, lambda t, i: engine.append(_batch(f"c-{t}-{i // 10}", f"a-{t}-{i}")))
+        eng_rate, eng_lat = run_threads(writers, per,
+                                        lambda t, i: engine.append(batch(conversation(t, i), f"a-{t}-{i}")))
     raw_topic = f"histlog-bench-raw-{uuid.uuid4().hex[:8]}"
     KafkaLog(bootstrap, raw_topic).close()  # same topic settings, created the same way
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=2,
                              compression_type=None, max_in_flight_requests_per_connection=5)
 
     def raw_one(t: int, i: int) -> None:
-        b = _batch(f"c-{t}-{i // 10}", f"a-{t}-{i}")
+        b = batch(conversation(t, i), f"a-{t}-{i}")
         key = record_key(b.conversation_id, b.append_id)
         producer.send(raw_topic, key=key, value=_event(b), partition=partition_for_key(key, 1)).get(30)
 
-    raw_rate, raw_lat = _threads(writers, per, raw_one)
+    raw_rate, raw_lat = run_threads(writers, per, raw_one)
     producer.close()
-    e50, e99 = _pct(eng_lat)
-    r50, r99 = _pct(raw_lat)
+    e50, e99 = percentiles(eng_lat)
+    r50, r99 = percentiles(raw_lat)
     return {"writers": writers, "engine_per_s": round(eng_rate), "raw_producer_per_s": round(raw_rate),
             "vs_raw": round(eng_rate / raw_rate, 3), "engine_p50_ms": round(e50 / 1000, 2),
             "engine_p99_ms": round(e99 / 1000, 2), "raw_p50_ms": round(r50 / 1000, 2),
@@ -137,7 +97,7 @@ def _replay(bootstrap: str, root: Path, batches: int, progress: bool) -> dict[st
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
                              batch_size=256 * 1024)
     for i in range(batches):
-        b = _batch(f"conv-{i % 1000}", f"a-{i}")
+        b = batch(f"conv-{i % 1000}", f"a-{i}")
         producer.send(topic, key=record_key(b.conversation_id, b.append_id), value=_event(b), partition=0)
     producer.flush()
     producer.close()

@@ -180,6 +180,11 @@ class MessageRow:
                    b[start:start + alen].decode("utf-8"), b[start + alen:])
 
     @staticmethod
+    def canonical_of(b: bytes) -> bytes:
+        """The message's canonical JSON, without decoding the rest of the row."""
+        return b[_MSG.size + _MSG.unpack_from(b)[6]:]
+
+    @staticmethod
     def decode_head(b: bytes) -> tuple[int, int, int]:
         """``(turn, role, content_bytes)`` without copying the payload."""
         turn, _, _, role, _, content, _ = _MSG.unpack_from(b)

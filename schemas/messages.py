@@ -345,6 +345,22 @@ class _Model(BaseModel):
             raise InvalidMessage(f"invalid {cls._what}: {exc}") from None
         return cls.model_validate(tree, context=context)
 
+    @classmethod
+    def from_canonical(cls, data: bytes) -> Self:
+        """Rebuild a message from its canonical JSON (e.g. read back from storage).
+
+        Fast path: pydantic's JSON parser, accepted only when the result's canonical bytes equal
+        ``data`` exactly; otherwise (number spellings pydantic cannot keep, or bytes that are not
+        canonical) the exact parser of ``model_validate_json``. Raises ``InvalidMessage``.
+        """
+        try:
+            message = cls.__pydantic_validator__.validate_json(data)
+            if message.canonical_json() == data:
+                return message  # type: ignore[no-any-return]
+        except (ValidationError, ValueError):
+            pass
+        return cls.model_validate_json(data)
+
     def model_dump_json(self, **kwargs: Any) -> str:
         """The canonical JSON as ``str``. Keyword options (indent, exclude...) fall back to
         pydantic's serialiser, which loses number spellings in metadata and details."""

@@ -234,3 +234,18 @@ def test_bytes_are_base64_in_json() -> None:
 
 def test_tool_result_accepts_a_plain_string_output() -> None:
     assert ToolResultPart("c", "n", "sunny").output == ToolOutput.text("sunny")
+
+
+def test_from_canonical_round_trips_and_keeps_number_spellings() -> None:
+    from schemas import InvalidMessage, Message, RawJSON
+
+    plain = Message.user("hello")
+    assert Message.from_canonical(plain.canonical_json()) == plain
+    spelled = Message.user("x", metadata={"n": RawJSON("1e3"), "f": RawJSON("1.50")})
+    back = Message.from_canonical(spelled.canonical_json())
+    assert back.canonical_json() == spelled.canonical_json()
+    assert back.metadata["n"] == "1e3"
+    with pytest.raises(InvalidMessage):
+        Message.from_canonical(b'{"parts":[],"role":"user"}')
+    with pytest.raises(InvalidMessage):
+        Message.from_canonical(b"not json")

@@ -1,0 +1,64 @@
+"""Helpers shared by the benchmarks: the workload and a threaded driver."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable
+
+from schemas import Batch, Message
+
+__all__ = ["batch", "conversation", "percentiles", "run_threads"]
+
+TURNS_PER_CONVERSATION = 10
+
+
+def conversation(thread: int, i: int) -> str:
+    """Writer ``thread``'s conversation for its ``i``-th append: 10 turns each, like a real chat."""
+    return f"conv-{thread}-{i // TURNS_PER_CONVERSATION}"
+
+
+def batch(conv: str, aid: str) -> Batch:
+    """One 2-message turn (user question + assistant answer)."""
+    return Batch(conv, aid, [Message.user(f"what is the status of order {aid}?"),
+                             Message.assistant(f"Order {aid} shipped yesterday; it arrives Friday.")])
+
+
+def run_threads(n: int, per_thread: int, fn: Callable[[int, int], object]) -> tuple[float, list[float]]:
+    """Call ``fn(thread, i)`` ``per_thread`` times from each of ``n`` threads started together.
+
+    Returns calls per second and every call's latency in microseconds; re-raises the first error.
+    """
+    barrier = threading.Barrier(n + 1)
+    latencies: list[list[float]] = [[] for _ in range(n)]
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        barrier.wait()
+        mine = latencies[t]
+        try:
+            for i in range(per_thread):
+                started = time.perf_counter_ns()
+                fn(t, i)
+                mine.append((time.perf_counter_ns() - started) / 1000)
+        except BaseException as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
+    for th in threads:
+        th.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return n * per_thread / elapsed, [x for lst in latencies for x in lst]
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    """(p50, p99) of ``samples``."""
+    ordered = sorted(samples)
+    return statistics.median(ordered), ordered[min(int(len(ordered) * 0.99), len(ordered) - 1)]

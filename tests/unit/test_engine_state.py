@@ -1,0 +1,65 @@
+"""The state directory is derived: when it cannot belong to the log it is refused or rebuilt."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from engine import HistoryEngine
+from schemas import HistoryError
+from tests.conformance.facade_contract import snapshot, turn
+
+
+def test_a_state_ahead_of_its_log_is_rebuilt_from_the_log(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with HistoryEngine.open(tmp_path / "long") as eng:
+        for i in range(5):
+            eng.append(turn("c", f"a{i}", f"m{i}"))
+    with HistoryEngine.open(tmp_path / "short") as eng:
+        for i in range(2):
+            eng.append(turn("c", f"a{i}", f"m{i}"))
+        expected = snapshot(eng)
+    # As if the log lost its tail (power loss under fsync="never") while the state kept it.
+    shutil.rmtree(tmp_path / "short" / "state")
+    shutil.copytree(tmp_path / "long" / "state", tmp_path / "short" / "state")
+    with caplog.at_level(logging.WARNING, logger="histlog.engine"), HistoryEngine.open(tmp_path / "short") as eng:
+        assert snapshot(eng) == expected
+        assert eng.stats().accepted == 2
+    assert "ahead of the log" in caplog.text
+
+
+def test_a_state_built_from_another_log_is_refused(tmp_path: Path) -> None:
+    with HistoryEngine.open(tmp_path / "one", partitions=1) as eng:
+        eng.append(turn("c", "a", "x"))
+    with HistoryEngine.open(tmp_path / "four", partitions=4):
+        pass
+    shutil.rmtree(tmp_path / "four" / "state")
+    shutil.copytree(tmp_path / "one" / "state", tmp_path / "four" / "state")
+    with pytest.raises(HistoryError, match="another log"):
+        HistoryEngine.open(tmp_path / "four")
+
+
+def test_reopening_with_another_partition_count_is_refused(tmp_path: Path) -> None:
+    with HistoryEngine.open(tmp_path / "d", partitions=2):
+        pass
+    with pytest.raises(HistoryError, match="partitions"):
+        HistoryEngine.open(tmp_path / "d", partitions=3)
+    with HistoryEngine.open(tmp_path / "d") as eng:  # None: the log's own count
+        assert len(eng.stats().end_offsets) == 2
+
+
+def test_a_second_engine_on_the_same_directory_is_refused(tmp_path: Path) -> None:
+    from schemas import LogUnavailable
+
+    with HistoryEngine.open(tmp_path / "d"), pytest.raises(LogUnavailable, match="locked"):
+        HistoryEngine.open(tmp_path / "d")
+
+
+def test_a_closed_engine_refuses_calls(tmp_path: Path) -> None:
+    eng = HistoryEngine.open(tmp_path / "d")
+    eng.close()
+    eng.close()  # idempotent
+    with pytest.raises(HistoryError, match="closed"):
+        eng.read("c")
