@@ -313,6 +313,12 @@ class Projector:
         finally:
             self._known.pop(entry, None)
 
+    def _failed(self) -> HistoryError:
+        err = HistoryError(f"the projector stopped because the state store failed ({self.failure!r}); "
+                           "close and reopen the engine (a damaged state is rebuilt from the log if you delete it)")
+        err.__cause__ = self.failure
+        return err
+
     def applied_offsets(self) -> list[int]:
         with self._cond:
             return list(self._applied)
@@ -327,7 +333,7 @@ class Projector:
         p, o = position.partition, position.offset
         with self._cond:
             if self.failure is not None:
-                raise self.failure
+                raise self._failed()
             if self._applied[p] > o:
                 return True
             event = threading.Event()
@@ -335,7 +341,7 @@ class Projector:
             heapq.heappush(self._waiters[p], (o, self._waiter_seq, event))
         ok = event.wait(timeout)
         if self.failure is not None:
-            raise self.failure
+            raise self._failed()
         return ok
 
     def decision(self, position: LogPosition) -> Decision | None:
@@ -350,5 +356,5 @@ class Projector:
                 lambda: self.failure is not None or all(a >= t for a, t in zip(self._applied, targets, strict=True)),
                 timeout)
             if self.failure is not None:
-                raise self.failure
+                raise self._failed()
             return ok

@@ -63,3 +63,20 @@ def test_a_closed_engine_refuses_calls(tmp_path: Path) -> None:
     eng.close()  # idempotent
     with pytest.raises(HistoryError, match="closed"):
         eng.read("c")
+
+
+def test_a_failing_state_store_stops_the_projector_with_a_history_error(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from projections.store import Tx
+
+    with HistoryEngine.open(tmp_path / "d") as eng:
+        def broken(self: Tx) -> None:
+            raise OSError("disk on fire")
+
+        monkeypatch.setattr(Tx, "commit", broken)
+        with pytest.raises(HistoryError, match="projector stopped") as info:
+            eng.append(turn("c", "a", "x"))
+        assert isinstance(info.value.__cause__, OSError)
+    monkeypatch.undo()
+    with HistoryEngine.open(tmp_path / "d") as eng:  # the log kept the event: reopening applies it
+        assert len(eng.read("c")) == 2
