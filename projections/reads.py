@@ -28,7 +28,7 @@ def message_id(append_id: str, index: int) -> str:
 def _stored(row: keys.MessageRow, seq: int) -> StoredMessage:
     return StoredMessage(
         message_id(row.append_id, row.index),
-        Message.from_canonical(row.canonical),
+        Message.from_stored(row.canonical),
         HistoryPosition(row.turn, seq),
         AppendID(row.append_id),
         datetime.fromtimestamp(row.created_at_ms / 1000, UTC),
@@ -76,7 +76,7 @@ class Reads:
     def messages(self, conv: str) -> list[Message]:
         snap = self.store.iterator()
         canonical_of = keys.MessageRow.canonical_of
-        return [Message.from_canonical(canonical_of(v)) for _, v in snap.scan(*keys.conv_range(b"M", conv.encode()))]
+        return [Message.from_stored(canonical_of(v)) for _, v in snap.scan(*keys.conv_range(b"M", conv.encode()))]
 
     def entries(self, conv: str, after: HistoryPosition | None, before: HistoryPosition | None,
                 limit: int | None) -> list[StoredMessage]:
@@ -126,7 +126,7 @@ class Reads:
         for seq in system_seqs:
             row_bytes = snap.get(keys.message_key(c, seq))
             assert row_bytes is not None  # Invariant: S rows index existing M rows (same WriteBatch).
-            system.append(Message.from_canonical(keys.MessageRow.decode(row_bytes).canonical))
+            system.append(Message.from_stored(keys.MessageRow.decode(row_bytes).canonical))
         budget = limit - (1 if system else 0)
         # Walk back through non-system rows, one turn group at a time, reading at most budget+2
         # rows: past the budget nothing more can fit. A group cut short by that bound is already
@@ -146,7 +146,7 @@ class Reads:
             total += 1
             if total > budget + 1:
                 break
-        parsed = [[Message.from_canonical(keys.MessageRow.decode(v).canonical) for v in reversed(t)]
+        parsed = [[Message.from_stored(keys.MessageRow.decode(v).canonical) for v in reversed(t)]
                   for t in turns]
         suffix = fit_turns(parsed, budget)
         return ([merge_system(system)] if system else []) + suffix

@@ -267,8 +267,12 @@ class _Model(BaseModel):
 
     def model_post_init(self, context: Any, /) -> None:
         """Check cross-field rules and cache the canonical bytes (runs once per new instance,
-        not when an existing instance is reused inside another model)."""
+        not when an existing instance is reused inside another model). Under a ``_STORED``
+        context (bytes histlog itself stored after validating them) nested values compute
+        their canonical bytes lazily and the message takes the stored bytes as they are."""
         self._check()
+        if context is not None and _STORED in context:
+            return
         object.__setattr__(self, "_canon", self._compute())
 
     def fragment(self) -> orjson.Fragment:
@@ -346,6 +350,23 @@ class _Model(BaseModel):
         return cls.model_validate(tree, context=context)
 
     @classmethod
+    def from_stored(cls, data: bytes) -> Self:
+        """Rebuild a message from canonical bytes that histlog validated and stored itself (the
+        read path): its structure is validated again, its canonical bytes are taken as stored
+        instead of being recomputed. For bytes from anywhere else use ``from_canonical``.
+
+        Only values without raw JSON (metadata, tool details) take this path: pydantic's parser
+        would respell their numbers, so those go through the exact ``from_canonical``. The test
+        is on bytes: ``"metadata"``/``"details"`` with unescaped quotes occur only as keys or as
+        whole string values (then the exact path runs needlessly, never wrongly)."""
+        if b'"metadata"' in data or b'"details"' in data:
+            return cls.from_canonical(data)
+        try:
+            return cls.__pydantic_validator__.validate_json(data, context={_STORED: data})  # type: ignore[no-any-return]
+        except ValidationError as exc:
+            raise invalid(exc, cls._what) from None
+
+    @classmethod
     def from_canonical(cls, data: bytes) -> Self:
         """Rebuild a message from its canonical JSON (e.g. read back from storage).
 
@@ -378,6 +399,8 @@ def _positional(init: _F) -> _F:
     init.__pydantic_base_init__ = True  # type: ignore[attr-defined]
     return init
 
+
+_STORED: Final = "histlog.stored_canonical"  # validation context key of Message.from_stored
 
 _MISSING: Any = object()  # "not given": pydantic reports a missing member instead of a TypeError
 
@@ -745,6 +768,8 @@ class Message(_Model):
 
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)
+        if context is not None and _STORED in context:
+            object.__setattr__(self, "_canon", context[_STORED])
         # Without message metadata the content is the canonical JSON itself; otherwise it is
         # computed on first use (-1 = not yet). Set here so reads never miss the slot.
         object.__setattr__(self, "_content_bytes", -1 if self.metadata else len(self.canonical_json()))

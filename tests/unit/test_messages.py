@@ -249,3 +249,19 @@ def test_from_canonical_round_trips_and_keeps_number_spellings() -> None:
         Message.from_canonical(b'{"parts":[],"role":"user"}')
     with pytest.raises(InvalidMessage):
         Message.from_canonical(b"not json")
+
+
+@pytest.mark.parametrize("message", [
+    Message.user("hello", "world"),
+    Message.assistant(ToolCallPart("c1", "lookup", '{"id": 1.50}')),
+    Message.user("x", metadata={"n": RawJSON("1e3"), "nested": RawJSON('[1.50, {"b": 2e-3}]')}),
+    Message.tool(ToolResultPart("c1", "lookup", ToolOutput(details=RawJSON("1.0")))),
+    Message.user('a text that says "metadata" and "details"'),
+])
+def test_from_stored_equals_the_original_including_number_spellings(message: Message) -> None:
+    back = Message.from_stored(message.canonical_json())
+    assert back == message
+    assert back.canonical_json() == message.canonical_json()
+    assert back.content_bytes() == message.content_bytes()
+    assert [p.canonical_json() for p in back.parts] == [p.canonical_json() for p in message.parts]
+    assert dict(back.metadata) == dict(message.metadata)
