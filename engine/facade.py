@@ -113,7 +113,8 @@ class HistoryEngine:
             from engine.log.kafka import KafkaLog
 
             klog = KafkaLog(kafka, topic, partitions=partitions, replication_factor=replication_factor)
-            identity = {"backend": "kafka", "topic": topic, "partitions": klog.partitions}
+            # The topic id tells a recreated topic (offsets restart at 0) from the one the state was built from.
+            identity = {"backend": "kafka", "topic": topic, "topic_id": klog.topic_id, "partitions": klog.partitions}
             return cls(klog, Path(state_dir), identity, progress=progress)
         if path is None:
             raise HistoryError("HistoryEngine.open needs a data directory (open('./data')) or kafka='host:port'")

@@ -40,6 +40,7 @@ CORE = "core"  # the checkpoint name of admission + the built-in read projection
 _RECENT_DECISIONS = 16384
 _POLL_TIMEOUT = 0.5
 _MAX_RECORDS = 2000
+_EMPTY_READS = 100  # catch-up retries of an empty read before giving up (about 10 s)
 
 
 class RecordLike(Protocol):
@@ -241,11 +242,20 @@ class Projector:
             targets = self.applied_offsets()
             total = sum(targets)
             for p in range(self.partitions):
+                empty_reads = 0
                 while done[p] < targets[p]:
                     records = [r for r in read(p, done[p], _MAX_RECORDS) if r.offset < targets[p]]
                     if not records:
-                        raise HistoryError(f"the log has no records at {p}:{done[p]} although they were "
-                                           "applied; is this state from another log?")
+                        # A broker may answer empty for a moment (leader change): retry, bounded.
+                        empty_reads += 1
+                        if empty_reads > _EMPTY_READS:
+                            raise HistoryError(f"the log has no records at {p}:{done[p]} although they "
+                                               "were applied; is the log reachable, and is this state "
+                                               "from this log?")
+                        with self._cond:
+                            self._cond.wait(0.1)  # back-off between retries, not synchronisation
+                        continue
+                    empty_reads = 0
                     self._catch_up_step(projection, name, scratch, records, start[p])
                     done[p] = records[-1].offset + 1
                     if progress is not None:

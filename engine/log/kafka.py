@@ -154,6 +154,7 @@ class KafkaLog(Log):
         self._lock = threading.Lock()  # guards the shared reader consumer and close()
         self._reader: Any = None
         self._producer: Any = None
+        self._topic_id = ""
         self._partitions = self._ensure_topic(partitions, create)
         self._producer = self._call("connect the producer", lambda: KafkaProducer(
             bootstrap_servers=bootstrap,
@@ -182,6 +183,11 @@ class KafkaLog(Log):
     @property
     def topic(self) -> str:
         return self._topic
+
+    @property
+    def topic_id(self) -> str:
+        """The topic's UUID: it changes when a topic is deleted and created again under the same name."""
+        return self._topic_id
 
     @property
     def bootstrap(self) -> str:
@@ -230,6 +236,7 @@ class KafkaLog(Log):
             return None
         if code:
             raise kerr.for_code(code)(f"describe topic {self._topic}")
+        self._topic_id = str(info.get("topic_id") or "")
         return len(info["partitions"])
 
     def _check_or_create(self, admin: Any, partitions: int | None, create: bool) -> int:

@@ -284,3 +284,26 @@ def test_losing_one_of_three_brokers_loses_nothing_acknowledged(kafka_cluster3: 
     finally:
         engine.close()
         kafka_cluster3.start_node(2)
+
+
+def test_a_state_built_from_a_deleted_and_recreated_topic_is_refused(backend: KafkaBackend) -> None:
+    from kafka import KafkaAdminClient
+
+    from schemas import HistoryError
+
+    with backend.open() as eng:
+        eng.append(turn("c", "a1", "x"))
+    admin = KafkaAdminClient(bootstrap_servers=backend.bootstrap)
+    try:
+        admin.delete_topics([backend.topic])
+        deleted = threading.Event()
+        for _ in range(300):  # bounded: deletion is asynchronous in KRaft
+            if backend.topic not in admin.list_topics():
+                deleted.set()
+                break
+            deleted.wait(0.1)
+        assert deleted.is_set(), "the broker did not delete the topic"
+    finally:
+        admin.close()
+    with pytest.raises(HistoryError, match="another log"):
+        backend.open()  # the new topic starts at offset 0: the old state must not be trusted
