@@ -9,6 +9,7 @@ framing, the input checks and the dataclass cost. Prints a table and one JSON li
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -62,15 +63,7 @@ def _case(count: int, number: int, repeat: int) -> dict[str, Any]:
     event = _event(count)
     data = encode_event(event)
     schema = parse_schema(current_schema(BatchAppended))
-    record = {
-        "conversation_id": event.conversation_id,
-        "append_id": event.append_id,
-        "digest": event.digest,
-        "messages": event.messages,
-        "message_count": event.message_count,
-        "content_bytes": event.content_bytes,
-        "created_at_ms": event.created_at_ms,
-    }
+    record = dataclasses.asdict(event)
     body = data[HEADER_SIZE:]
 
     def raw_encode() -> bytes:

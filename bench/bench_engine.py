@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from bench.common import batch, conversation, percentiles, run_threads
+from bench.common import batch, conversation, event_bytes, percentiles, progress_printer, run_threads
 from engine import HistoryEngine
 from engine.log.base import record_key
 from engine.log.file import FileLog
-from schemas.events import BatchAppended, decode_event, encode_event
+from schemas.events import decode_event
 
 __all__ = ["run"]
 
@@ -99,8 +99,7 @@ def _appends(root: Path, writers: int, total: int) -> dict[str, Any]:
 
     def raw_one(t: int, i: int) -> None:  # the same work minus the projector round trip
         b = batch(conversation(t, i), f"a-{t}-{i}")
-        raw.append(record_key(b.conversation_id, b.append_id), encode_event(BatchAppended(
-            b.conversation_id, b.append_id, b.digest, b.canonical_json(), len(b), b.content_bytes(), 0)))
+        raw.append(record_key(b.conversation_id, b.append_id), event_bytes(b))
 
     raw_rate, _ = run_threads(writers, per_thread, raw_one)
     raw.close()
@@ -117,9 +116,7 @@ def _replay(root: Path, batches: int, progress: bool) -> dict[str, Any]:
     log = FileLog(data / "log", 1, fsync="never")
     for i in range(batches):
         b = batch(f"conv-{i % 1000}", f"a-{i}")
-        log.append(record_key(b.conversation_id, b.append_id), encode_event(BatchAppended(
-            b.conversation_id, b.append_id, b.digest, b.canonical_json(), len(b), b.content_bytes(),
-            1_767_225_600_000 + i)))
+        log.append(record_key(b.conversation_id, b.append_id), event_bytes(b, 1_767_225_600_000 + i))
     # Ceiling: raw scan + decode of every record.
     start = time.perf_counter()
     offset = n = 0
@@ -134,12 +131,8 @@ def _replay(root: Path, batches: int, progress: bool) -> dict[str, Any]:
     scan_rate = n / (time.perf_counter() - start)
     log.close()
 
-    def show(done: int, total: int) -> None:
-        if progress:
-            print(f"\r  replay {done}/{total}", end="", file=sys.stderr, flush=True)
-
     start = time.perf_counter()
-    with HistoryEngine.open(data, progress=show) as engine:
+    with HistoryEngine.open(data, progress=progress_printer(progress)) as engine:
         replay_rate = batches / (time.perf_counter() - start)
         assert engine.stats().accepted == batches  # Invariant: the replay applied every batch.
     if progress:

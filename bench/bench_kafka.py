@@ -30,21 +30,19 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from bench.common import batch, conversation, percentiles, run_threads
+from bench.common import batch, conversation, event_bytes, percentiles, progress_printer, run_threads
 from engine import HistoryEngine
 from engine.log.base import partition_for_key, record_key
 from engine.log.kafka import KafkaLog
-from schemas import Batch
-from schemas.events import BatchAppended, decode_event, encode_event
+from schemas.events import decode_event
 
 __all__ = ["report", "run"]
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _event(b: Batch) -> bytes:
-    return encode_event(BatchAppended(b.conversation_id, b.append_id, b.digest, b.canonical_json(), len(b),
-                                      b.content_bytes(), time.time_ns() // 1_000_000))
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 @contextmanager
@@ -79,7 +77,7 @@ def _appends(bootstrap: str, root: Path, writers: int, total: int) -> dict[str, 
     def raw_one(t: int, i: int) -> None:
         b = batch(conversation(t, i), f"a-{t}-{i}")
         key = record_key(b.conversation_id, b.append_id)
-        producer.send(raw_topic, key=key, value=_event(b), partition=partition_for_key(key, 1)).get(30)
+        producer.send(raw_topic, key=key, value=event_bytes(b, _now_ms()), partition=partition_for_key(key, 1)).get(30)
 
     raw_rate, raw_lat = run_threads(writers, per, raw_one)
     producer.close()
@@ -98,7 +96,8 @@ def _replay(bootstrap: str, root: Path, batches: int, progress: bool) -> dict[st
                              batch_size=256 * 1024)
     for i in range(batches):
         b = batch(f"conv-{i % 1000}", f"a-{i}")
-        producer.send(topic, key=record_key(b.conversation_id, b.append_id), value=_event(b), partition=0)
+        key = record_key(b.conversation_id, b.append_id)
+        producer.send(topic, key=key, value=event_bytes(b, _now_ms()), partition=0)
     producer.flush()
     producer.close()
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
@@ -115,12 +114,9 @@ def _replay(bootstrap: str, root: Path, batches: int, progress: bool) -> dict[st
     scan_rate = n / (time.perf_counter() - start)
     consumer.close()
 
-    def show(done: int, total: int) -> None:
-        if progress:
-            print(f"\r  replay {done}/{total}", end="", file=sys.stderr, flush=True)
-
     start = time.perf_counter()
-    with HistoryEngine.open(kafka=bootstrap, topic=topic, state_dir=root / "replay", progress=show) as engine:
+    with HistoryEngine.open(kafka=bootstrap, topic=topic, state_dir=root / "replay",
+                            progress=progress_printer(progress)) as engine:
         rate = batches / (time.perf_counter() - start)
         assert engine.stats().accepted == batches  # Invariant: the replay applied every batch.
     if progress:

@@ -16,11 +16,11 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import run_threads
 from engine.log.base import record_key
 from engine.log.file import FileLog
 
@@ -41,25 +41,12 @@ def _raw(directory: Path, count: int, *, fsync: bool) -> float:
 
 
 def _filelog(directory: Path, threads: int, per_thread: int) -> dict[str, float]:
-    barrier = threading.Barrier(threads + 1)
     with FileLog(directory / f"log-{threads}", 1, fsync="always") as log:
-
-        def writer(t: int) -> None:
-            barrier.wait()
-            for i in range(per_thread):
-                log.append(record_key(f"conversation-{t}", str(i)), VALUE)
-
-        workers = [threading.Thread(target=writer, args=(t,)) for t in range(threads)]
-        for w in workers:
-            w.start()
-        barrier.wait()
-        start = time.perf_counter()
-        for w in workers:
-            w.join()
-        elapsed = time.perf_counter() - start
+        rate, _ = run_threads(threads, per_thread,
+                              lambda t, i: log.append(record_key(f"conversation-{t}", str(i)), VALUE))
         stats = log.stats()
     total = threads * per_thread
-    return {"rate": total / elapsed, "appends": total, "fsyncs": stats.fsyncs,
+    return {"rate": rate, "appends": total, "fsyncs": stats.fsyncs,
             "mean_group": total / max(1, stats.writes)}
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable
 
 from schemas import Batch, Message
+from schemas.events import BatchAppended, encode_event
 
-__all__ = ["batch", "conversation", "percentiles", "run_threads"]
+__all__ = ["batch", "conversation", "event_bytes", "percentiles", "progress_printer", "run_threads"]
 
 TURNS_PER_CONVERSATION = 10
 
@@ -23,6 +25,21 @@ def batch(conv: str, aid: str) -> Batch:
     """One 2-message turn (user question + assistant answer)."""
     return Batch(conv, aid, [Message.user(f"what is the status of order {aid}?"),
                              Message.assistant(f"Order {aid} shipped yesterday; it arrives Friday.")])
+
+
+def event_bytes(b: Batch, created_at_ms: int = 0) -> bytes:
+    """The encoded event the engine would write for ``b`` (what raw baselines send)."""
+    return encode_event(BatchAppended.of(b, created_at_ms))
+
+
+def progress_printer(enabled: bool, label: str = "replay") -> Callable[[int, int], None]:
+    """A ``progress(done, total)`` callback that redraws one stderr line (or does nothing)."""
+
+    def show(done: int, total: int) -> None:
+        if enabled:
+            print(f"\r  {label} {done}/{total}", end="", file=sys.stderr, flush=True)
+
+    return show
 
 
 def run_threads(n: int, per_thread: int, fn: Callable[[int, int], object]) -> tuple[float, list[float]]:

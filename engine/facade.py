@@ -174,8 +174,7 @@ class HistoryEngine:
         fast = self._fast_path(batch)
         if fast is not None:
             return fast
-        event = BatchAppended(c, a, batch.digest, batch.canonical_json(), len(batch),
-                              batch.content_bytes(), _now_ms())
+        event = BatchAppended.of(batch, _now_ms())
         key = record_key(c, a)
         with self._projector.expecting(key, batch):
             position = self._log.append(key, encode_event(event), timeout=timeout)

@@ -32,12 +32,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from schemas.errors import CorruptLog
+
+if TYPE_CHECKING:  # pragma: no cover
+    from schemas.batch import Batch
 
 __all__ = [
     "BATCH_APPENDED_FINGERPRINT",
@@ -87,6 +90,12 @@ class BatchAppended:
     message_count: int
     content_bytes: int
     created_at_ms: int
+
+    @classmethod
+    def of(cls, batch: Batch, created_at_ms: int) -> BatchAppended:
+        """The event that appends ``batch`` (the one place a Batch becomes an event)."""
+        return cls(batch.conversation_id, batch.append_id, batch.digest, batch.canonical_json(), len(batch),
+                   batch.content_bytes(), created_at_ms)
 
 
 @dataclass(frozen=True, slots=True)
