@@ -26,7 +26,6 @@ from dataclasses import dataclass
 
 __all__ = [
     "ROLE_CODES",
-    "ROLE_NAMES",
     "ConversationRow",
     "MessageRow",
     "ReceiptRow",
@@ -47,7 +46,6 @@ END = b"\x20"
 STATS_KEY = b"X"
 
 ROLE_CODES = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
-ROLE_NAMES = ("system", "user", "assistant", "tool")
 
 _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")

@@ -287,11 +287,6 @@ class Projector:
             tx.commit()
         admission_tx.commit()
 
-    def unregister(self, name: str) -> None:
-        """Stop applying ``name`` (its state and checkpoint stay)."""
-        with self._step_lock:
-            self._live.pop(name, None)
-
     def drop(self, name: str) -> None:
         """Stop ``name`` and delete its state and checkpoints (``rebuild`` starts from here)."""
         with self._step_lock:
@@ -305,10 +300,6 @@ class Projector:
     def has_checkpoint(self, name: str) -> bool:
         prefix = keys.checkpoint_key(name, 0)[:-4]
         return any(True for _ in self.store.iterator().scan(prefix, prefix[:-1] + b"\x01"))
-
-    def is_live(self, name: str) -> bool:
-        with self._step_lock:
-            return name in self._live
 
     # -- waiting and reading -----------------------------------------------------------------
     @contextlib.contextmanager
