@@ -22,10 +22,10 @@ from engine.log.file import FileLog, FsyncPolicy
 from projections.admission import Decision, Outcome
 from projections.custom import Projection, ProjectionView
 from projections.keys import meta_key
-from projections.reads import Reads
+from projections.reads import Reads, Unit
 from projections.runtime import Projector, checkpoints
 from projections.store import StateStore
-from schemas.batch import Batch, Receipt, StoredMessage
+from schemas.batch import Batch, HistoryLoad, Measure, Receipt, StoredMessage, TurnSource
 from schemas.errors import (
     AppendConflict,
     CommitUnconfirmed,
@@ -45,6 +45,9 @@ from schemas.positions import HistoryPosition, LogPosition
 __all__ = ["EngineStats", "HistoryEngine", "Progress"]
 
 log = logging.getLogger("histlog.engine")
+
+STATE_FORMAT = b"2"
+"""Version of the RocksDB layout (projections/keys.py); a state of another version is rebuilt."""
 
 Progress = Callable[[int, int], None]
 """Called with ``(applied, total)`` records while the state catches up with the log."""
@@ -127,7 +130,15 @@ class HistoryEngine:
         store = StateStore(state_dir)
         key = meta_key("identity")
         raw = store.get(key)
+        if raw is not None and store.get(meta_key("format")) != STATE_FORMAT:
+            # State built by another histlog version: it is derived, so rebuild it from the log.
+            log.warning("state in %s has another layout than this version's (%s): rebuilding it from the log",
+                        state_dir, STATE_FORMAT.decode())
+            store.close()
+            StateStore.destroy(state_dir)
+            return self._open_state(state_dir, identity)
         if raw is None:
+            store.db.put(meta_key("format"), STATE_FORMAT)
             store.db.put(key, json.dumps(identity, sort_keys=True).encode())
         elif json.loads(raw) != identity:
             store.close()
@@ -268,9 +279,7 @@ class HistoryEngine:
                 include_hidden: bool = False) -> list[StoredMessage]:
         """Stored messages with ``after < position < before`` (both exclusive), at most ``limit``."""
         c = ConversationID(conversation_id)
-        for name, cursor in (("after", after), ("before", before)):
-            if cursor is not None and not isinstance(cursor, HistoryPosition):
-                raise TypeError(f"{name} must be a HistoryPosition, got {type(cursor).__name__}")
+        _check_cursors(after, before)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidWindow(f"invalid limit {limit!r}: expected a non-negative int or None")
         self._check_open()
@@ -285,6 +294,42 @@ class HistoryEngine:
             raise InvalidWindow(f"invalid window: limit must be positive, got {limit}")
         self._check_open()
         return self._reads.window(c, limit)
+
+    def read_within_bytes(self, conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
+                          before: HistoryPosition | None = None, unit: Unit = "turn") -> HistoryLoad[StoredMessage]:
+        """The newest messages of ``after < position < before`` within ``max_bytes`` of content.
+
+        Newest first, a unit (a whole turn position by default, one message with
+        ``unit="message"``) is kept while the content bytes of the strictly newer kept units are
+        below ``max_bytes``: the unit that crosses the budget is kept, ``max_bytes <= 0`` loads
+        nothing. A turn cut by ``after``/``before`` is one unit (its part inside the window);
+        system messages count like any other message of their turn. ``truncated`` is true when
+        older messages of the window were left out. Reads the kept rows plus one: O(window).
+        """
+        c = ConversationID(conversation_id)
+        _check_budget(max_bytes, unit)
+        _check_cursors(after, before)
+        self._check_open()
+        return self._reads.within_bytes(c, max_bytes, after, before, unit)
+
+    def turn_sources(self, conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
+                     before: HistoryPosition | None = None, unit: Unit = "turn") -> HistoryLoad[TurnSource]:
+        """``read_within_bytes``'s window narrowed to ``TurnSource(id, role, content, created_at,
+        interrupted)``, read from a keyspace of its own: no message row or metadata is loaded."""
+        c = ConversationID(conversation_id)
+        _check_budget(max_bytes, unit)
+        _check_cursors(after, before)
+        self._check_open()
+        return self._reads.turn_sources(c, max_bytes, after, before, unit)
+
+    def measure(self, conversation_id: str, after: HistoryPosition = HistoryPosition.START) -> Measure:
+        """``Measure(messages, content_bytes, turns)`` of the messages after ``after``, from
+        running sums (two point reads, no payload). ``turns`` counts the distinct turn positions
+        those messages belong to: the units of ``read_within_bytes(unit="turn")``."""
+        c = ConversationID(conversation_id)
+        _check_cursors(after, None)
+        self._check_open()
+        return self._reads.measure(c, after)
 
     def stats(self) -> EngineStats:
         ends = self._log.end_offsets()
@@ -369,6 +414,20 @@ class HistoryEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_cursors(after: HistoryPosition | None, before: HistoryPosition | None) -> None:
+    for name, cursor in (("after", after), ("before", before)):
+        if cursor is not None and not isinstance(cursor, HistoryPosition):
+            raise InvalidWindow(f"invalid {name}: expected a HistoryPosition (e.g. HistoryPosition(3, 7)) or None, "
+                                f"got {type(cursor).__name__}")
+
+
+def _check_budget(max_bytes: int, unit: str) -> None:
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+        raise InvalidWindow(f"invalid max_bytes: expected an int, got {type(max_bytes).__name__}")
+    if unit not in ("turn", "message"):
+        raise InvalidWindow(f"invalid unit {unit!r}: expected 'turn' or 'message'")
 
 
 def _closed(c: str) -> ConversationClosed:

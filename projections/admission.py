@@ -146,6 +146,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         return _corrupt("message_count or content_bytes does not match the messages")
     row = row or keys.ConversationRow()
     first_seq = full.append(tx, conv, row, batch, event.created_at_ms)
+    row.last = (position.partition, position.offset)
     tx.put(keys.conv_key(conv), row.encode())
     tx.put(rkey, keys.ReceiptRow(event.digest, position.partition, position.offset, first_seq,
                                  len(batch)).encode())

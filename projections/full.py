@@ -1,5 +1,6 @@
 """The full projection: every accepted message by ``(conversation, seq)``, plus the indexes the
-window and cursor reads need (system messages, first seq of each turn) and the summary row.
+window, budget, turn-source, measure and cursor reads need (system messages, narrowed turn
+sources, running sums, first seq of each turn) and the summary row.
 
 Turn rule (API.md ``HistoryPosition``): the turn position advances at every user message and is
 0 before the first one. A turn group starts at each user message, or at the first non-system
@@ -21,6 +22,8 @@ _SYSTEM = keys.ROLE_CODES["system"]
 def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch, created_at_ms: int) -> int:
     """Store the batch's messages after the conversation's last one; update ``row`` in place.
 
+    Per message: the full row (``M``), the turn-source row (``N``), the running sums before it
+    (``A``), the system index (``S``) and, when it opens a turn, the turn index (``T``).
     Returns the first sequence number assigned.
     """
     first_seq = seq = row.next_seq
@@ -29,21 +32,21 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch, created
         role = keys.ROLE_CODES[message.role]
         if role == _USER:
             row.turn += 1
+        if role == _USER or row.messages == 0:  # the first message of a turn position
             row.turns += 1
             tx.put(keys.turn_key(conv, row.turn), keys.u64(seq))
-        else:
-            if seq == 1:
-                tx.put(keys.turn_key(conv, 0), keys.u64(seq))
-            if role != _SYSTEM and row.turn == 0 and row.turns == 0:
-                row.turns = 1
         flags = keys.FLAG_INTERRUPTED if message.metadata.get("interrupted") == "true" else 0
-        content = message.content_bytes()
+        content = message.content_json()
+        size = len(content)
         tx.put(keys.message_key(conv, seq), keys.MessageRow.pack(
-            row.turn, created_at_ms, index, role, flags, content, aid, message.canonical_json()))
+            row.turn, created_at_ms, index, role, flags, size, aid, message.canonical_json()))
+        tx.put(keys.source_key(conv, seq), keys.SourceRow.pack(
+            row.turn, created_at_ms, index, role, flags, aid, content))
+        tx.put(keys.aggregate_key(conv, seq), keys.AggregateRow.pack(row.messages, row.content_bytes, row.turns - 1))
         if role == _SYSTEM:
             tx.put(keys.system_key(conv, seq), b"")
         row.messages += 1
-        row.content_bytes += content
+        row.content_bytes += size
         seq += 1
     row.next_seq = seq
     return first_seq
@@ -51,5 +54,5 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch, created
 
 def clear(tx: Tx, conv: bytes) -> None:
     """Drop every row and receipt of the conversation (the caller records the closure)."""
-    for prefix in (b"M", b"S", b"T", b"R"):
+    for prefix in (b"M", b"N", b"A", b"S", b"T", b"R"):
         tx.delete_range(*keys.conv_range(prefix, conv))

@@ -11,6 +11,8 @@ key                    meaning                                         value
 ``R`` conv 1F append   receipt evidence of an accepted append          ``ReceiptRow``
 ``M`` conv 1F seq      a stored message                                ``MessageRow`` header + canonical JSON
 ``S`` conv 1F seq      index of system messages (window merging)       empty
+``N`` conv 1F seq      turn source: the message narrowed (own space)   ``SourceRow`` header + content JSON
+``A`` conv 1F seq      running sums before the message (measure)       ``AggregateRow``
 ``T`` conv 1F turn     first seq of each turn (cursor seeks)           seq
 ``P`` name 00 part     checkpoint: next offset to apply                offset
 ``Q`` part offset      a quarantined poison record                     reason (UTF-8)
@@ -26,10 +28,13 @@ from dataclasses import dataclass
 
 __all__ = [
     "ROLE_CODES",
+    "AggregateRow",
     "ConversationRow",
     "MessageRow",
     "ReceiptRow",
+    "SourceRow",
     "Stats",
+    "aggregate_key",
     "checkpoint_key",
     "conv_key",
     "conv_range",
@@ -37,6 +42,7 @@ __all__ = [
     "meta_key",
     "poison_key",
     "receipt_key",
+    "source_key",
     "system_key",
     "turn_key",
 ]
@@ -75,6 +81,14 @@ def system_key(conv: bytes, seq: int) -> bytes:
     return b"S" + conv + SEP + _U64.pack(seq)
 
 
+def source_key(conv: bytes, seq: int) -> bytes:
+    return b"N" + conv + SEP + _U64.pack(seq)
+
+
+def aggregate_key(conv: bytes, seq: int) -> bytes:
+    return b"A" + conv + SEP + _U64.pack(seq)
+
+
 def turn_key(conv: bytes, turn: int) -> bytes:
     return b"T" + conv + SEP + _U64.pack(turn)
 
@@ -96,28 +110,36 @@ def meta_key(name: str) -> bytes:
     return b"m" + name.encode("utf-8")
 
 
-_CONV = struct.Struct(">BQQQQQ")
+_CONV = struct.Struct(">BQQQQQBIQ")
+NO_LAST = (0, 0)
 
 
 @dataclass(slots=True)
 class ConversationRow:
-    """Per-conversation summary. ``closed`` is permanent; a closed row keeps no counts."""
+    """Per-conversation summary. ``closed`` is permanent; a closed row keeps no counts.
+
+    ``turns`` counts the distinct turn positions of the stored messages (the units of a
+    turn-budgeted read: the leading messages before the first user message are one).
+    ``last`` is the log position of the last accepted append (``None`` before the first).
+    """
 
     closed: bool = False
     next_seq: int = 1
     turn: int = 0  # the current turn position (advances at every user message)
-    turns: int = 0  # number of user-led turn groups (plus a leading non-user group)
+    turns: int = 0
     messages: int = 0
     content_bytes: int = 0
+    last: tuple[int, int] | None = None
 
     def encode(self) -> bytes:
+        has_last, (partition, offset) = (1, self.last) if self.last is not None else (0, NO_LAST)
         return _CONV.pack(1 if self.closed else 0, self.next_seq, self.turn, self.turns,
-                          self.messages, self.content_bytes)
+                          self.messages, self.content_bytes, has_last, partition, offset)
 
     @classmethod
     def decode(cls, b: bytes) -> ConversationRow:
-        closed, next_seq, turn, turns, messages, content = _CONV.unpack(b)
-        return cls(bool(closed), next_seq, turn, turns, messages, content)
+        closed, next_seq, turn, turns, messages, content, has_last, partition, offset = _CONV.unpack(b)
+        return cls(bool(closed), next_seq, turn, turns, messages, content, (partition, offset) if has_last else None)
 
 
 _RECEIPT = struct.Struct(">IQQI")
@@ -187,6 +209,50 @@ class MessageRow:
         """``(turn, role, content_bytes)`` without copying the payload."""
         turn, _, _, role, _, content, _ = _MSG.unpack_from(b)
         return turn, role, content
+
+
+_SOURCE = struct.Struct(">QQIBBH")
+
+
+class SourceRow:
+    """The turn-source row of a message: what turn-response composition reads, nothing else
+    (``content`` is the canonical JSON without message metadata)."""
+
+    @staticmethod
+    def pack(turn: int, created_at_ms: int, index: int, role: int, flags: int, append_id: bytes,
+             content: bytes) -> bytes:
+        return b"".join((_SOURCE.pack(turn, created_at_ms, index, role, flags, len(append_id)), append_id, content))
+
+    @staticmethod
+    def decode(b: bytes) -> tuple[int, int, int, int, int, str, bytes]:
+        """``(turn, created_at_ms, index, role, flags, append_id, content)``."""
+        turn, created, index, role, flags, alen = _SOURCE.unpack_from(b)
+        start = _SOURCE.size
+        return turn, created, index, role, flags, b[start:start + alen].decode("utf-8"), b[start + alen:]
+
+    @staticmethod
+    def decode_head(b: bytes) -> tuple[int, int]:
+        """``(turn, content_bytes)`` without copying the payload."""
+        turn, _, _, _, _, alen = _SOURCE.unpack_from(b)
+        return turn, len(b) - _SOURCE.size - alen
+
+
+_AGGREGATE = struct.Struct(">QQQ")
+
+
+class AggregateRow:
+    """Running sums of the visible messages *before* one message: ``(messages, content_bytes,
+    turns)`` where ``turns`` counts the distinct turn positions before the message's own turn.
+    ``measure(after)`` is the conversation's totals minus the row of the first message after."""
+
+    @staticmethod
+    def pack(messages: int, content_bytes: int, turns: int) -> bytes:
+        return _AGGREGATE.pack(messages, content_bytes, turns)
+
+    @staticmethod
+    def decode(b: bytes) -> tuple[int, int, int]:
+        messages, content, turns = _AGGREGATE.unpack(b)
+        return messages, content, turns
 
 
 _STATS = struct.Struct(">QQQQQ")

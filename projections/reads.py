@@ -4,25 +4,34 @@ RocksDB iterator), so it never mixes two projector steps. Window queries touch O
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Literal
 
 from projections import keys
 from projections.store import Snapshot, StateStore
 from projections.window import fit_turns, merge_system
-from schemas.batch import StoredMessage
+from schemas.batch import HistoryLoad, Measure, StoredMessage, TurnSource
 from schemas.ids import AppendID, ConversationID
-from schemas.messages import Message
+from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
 
 __all__ = ["Reads"]
 
 _SYSTEM = keys.ROLE_CODES["system"]
+_ROLES = {code: Role(name) for name, code in keys.ROLE_CODES.items()}
+_NO_BOUND = 1 << 63  # an exclusive seq bound past every message
+
+Unit = Literal["turn", "message"]
 
 
 def message_id(append_id: str, index: int) -> str:
     """Stable id of a stored message: unique within its conversation (append ids are)."""
     return f"{append_id}/{index}"
+
+
+def _time(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def _stored(row: keys.MessageRow, seq: int) -> StoredMessage:
@@ -31,8 +40,19 @@ def _stored(row: keys.MessageRow, seq: int) -> StoredMessage:
         Message.from_stored(row.canonical),
         HistoryPosition(row.turn, seq),
         AppendID(row.append_id),
-        datetime.fromtimestamp(row.created_at_ms / 1000, UTC),
+        _time(row.created_at_ms),
     )
+
+
+def _source(value: bytes) -> TurnSource:
+    _, created, index, role, flags, append_id, content = keys.SourceRow.decode(value)
+    return TurnSource(message_id(append_id, index), _ROLES[role], content, _time(created),
+                      bool(flags & keys.FLAG_INTERRUPTED))
+
+
+def _message_head(value: bytes) -> tuple[int, int]:
+    turn, _, size = keys.MessageRow.decode_head(value)
+    return turn, size
 
 
 def _seq_of(key: bytes) -> int:
@@ -105,6 +125,25 @@ class Reads:
             return keys.read_u64(v)
         return None
 
+    def _open_row(self, snap: Snapshot, conv: bytes) -> keys.ConversationRow | None:
+        raw = snap.get(keys.conv_key(conv))
+        row = keys.ConversationRow.decode(raw) if raw is not None else None
+        return None if row is None or row.closed else row
+
+    def _seq_range(self, snap: Snapshot, conv: bytes, after: HistoryPosition | None,
+                   before: HistoryPosition | None) -> tuple[int, int]:
+        """``[lo, hi)``: the seqs of the messages with ``after < position < before`` (position
+        order is seq order, so the cursors become a key range in O(1) seeks)."""
+        lo = 1 if after is None or after <= HistoryPosition.START else self._first_seq_after(snap, conv, after)
+        if before is None:
+            return lo, _NO_BOUND
+        if before.seq > 0:
+            hi = self._first_seq_after(snap, conv, HistoryPosition(before.turn, before.seq - 1))
+        else:  # nothing of turn ``before.turn`` or later
+            first = self._first_turn_seq(snap, conv, before.turn)
+            hi = first if first is not None else _NO_BOUND
+        return lo, max(lo, min(hi, _NO_BOUND))
+
     def _first_seq_after(self, snap: Snapshot, conv: bytes, after: HistoryPosition) -> int:
         """A seq from which every message is ``> after`` and before which none is (turns grow with seq)."""
         big = 1 << 62
@@ -112,6 +151,67 @@ class Reads:
         same_turn = self._first_turn_seq(snap, conv, after.turn)
         same = max(after.seq + 1, same_turn) if same_turn is not None else big
         return min(later_turn if later_turn is not None else big, same)
+
+    def _within_bytes(self, snap: Snapshot, prefix: bytes, conv: bytes, lo: int, hi: int, max_bytes: int,
+                      unit: Unit, head: Callable[[bytes], tuple[int, int]]) -> tuple[list[tuple[int, bytes]], bool]:
+        """Newest first over the rows ``prefix conv seq`` with ``lo <= seq < hi``: a unit (the rows
+        of one turn position, or one row) is kept while the content bytes of the strictly newer
+        kept units are below ``max_bytes``. Returns the kept ``(seq, value)`` in stored order and
+        whether older rows of the range were left out. Visits the kept rows plus one."""
+        lower = prefix + conv + keys.SEP + keys.u64(lo)
+        upper = prefix + conv + keys.SEP + keys.u64(hi) if hi < _NO_BOUND else keys.conv_range(prefix, conv)[1]
+        kept: list[tuple[int, bytes]] = []
+        spent = unit_bytes = 0
+        current: int | None = None
+        per_message = unit == "message"
+        for key, value in snap.scan_reverse(lower, upper):
+            turn, size = head(value)
+            if per_message or turn != current:
+                spent += unit_bytes
+                if spent >= max_bytes:
+                    kept.reverse()
+                    return kept, True
+                current, unit_bytes = turn, 0
+            unit_bytes += size
+            kept.append((_seq_of(key), value))
+        kept.reverse()
+        return kept, False
+
+    def within_bytes(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None,
+                     unit: Unit) -> HistoryLoad[StoredMessage]:
+        """The byte-budgeted window (API.md ``read_within_bytes``) in O(window)."""
+        snap = self.store.iterator()
+        c = conv.encode("utf-8")
+        if self._open_row(snap, c) is None:
+            return HistoryLoad([], False)
+        lo, hi = self._seq_range(snap, c, after, before)
+        rows, truncated = self._within_bytes(snap, b"M", c, lo, hi, max_bytes, unit, _message_head)
+        return HistoryLoad([_stored(keys.MessageRow.decode(v), seq) for seq, v in rows], truncated)
+
+    def turn_sources(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None,
+                     unit: Unit) -> HistoryLoad[TurnSource]:
+        """The same window over the narrow turn-source rows: no message row is read."""
+        snap = self.store.iterator()
+        c = conv.encode("utf-8")
+        if self._open_row(snap, c) is None:
+            return HistoryLoad([], False)
+        lo, hi = self._seq_range(snap, c, after, before)
+        rows, truncated = self._within_bytes(snap, b"N", c, lo, hi, max_bytes, unit, keys.SourceRow.decode_head)
+        return HistoryLoad([_source(v) for _, v in rows], truncated)
+
+    def measure(self, conv: str, after: HistoryPosition) -> Measure:
+        """Messages, content bytes and turns after ``after``: the conversation's totals minus the
+        running sums stored before the first message after it (two point reads, no payload)."""
+        snap = self.store.iterator()
+        c = conv.encode("utf-8")
+        row = self._open_row(snap, c)
+        if row is None:
+            return Measure(0, 0, 0)
+        lo, _ = self._seq_range(snap, c, after, None)
+        for _, value in snap.scan(keys.aggregate_key(c, lo), keys.conv_range(b"A", c)[1]):
+            messages, content, turns = keys.AggregateRow.decode(value)
+            return Measure(row.messages - messages, row.content_bytes - content, row.turns - turns)
+        return Measure(0, 0, 0)
 
     def window(self, conv: str, limit: int) -> list[Message]:
         """``WindowReader`` semantics in O(limit): the merged system message plus the longest

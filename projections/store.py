@@ -36,6 +36,9 @@ class StateStore:
         path.mkdir(parents=True, exist_ok=True)
         self.db = Rdict(str(path), _options())
         self._write_opts = WriteOptions()  # no sync: the log is the durable truth (see docs)
+        self.keys_read = 0
+        """Keys that queries (``Snapshot``) have visited: what cost tests count instead of time.
+        Exact for one thread; concurrent queries may lose an increment."""
 
     @staticmethod
     def destroy(path: Path) -> None:
@@ -47,7 +50,7 @@ class StateStore:
         return value
 
     def iterator(self) -> Snapshot:
-        return Snapshot(self.db)
+        return Snapshot(self)
 
     def tx(self) -> Tx:
         return Tx(self)
@@ -60,14 +63,16 @@ class Snapshot:
     """A point-in-time view: one RocksDB iterator (it pins the state at creation) used for
     every seek and point read of one query, so a query never mixes two projector steps."""
 
-    __slots__ = ("_it",)
+    __slots__ = ("_it", "_store")
 
-    def __init__(self, db: Rdict) -> None:
-        self._it = db.iter()
+    def __init__(self, store: StateStore) -> None:
+        self._store = store
+        self._it = store.db.iter()
 
     def get(self, key: bytes) -> bytes | None:
         it = self._it
         it.seek(key)
+        self._store.keys_read += 1
         if it.valid() and it.key() == key:
             value: bytes = it.value()
             return value
@@ -75,9 +80,10 @@ class Snapshot:
 
     def scan(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Keys in ``[lower, upper)`` in key order."""
-        it = self._it
+        it, store = self._it, self._store
         it.seek(lower)
         while it.valid():
+            store.keys_read += 1
             k: bytes = it.key()
             if k >= upper:
                 return
@@ -86,9 +92,10 @@ class Snapshot:
 
     def scan_reverse(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Keys in ``[lower, upper)`` in reverse key order."""
-        it = self._it
+        it, store = self._it, self._store
         it.seek_for_prev(upper)
         while it.valid():
+            store.keys_read += 1
             k: bytes = it.key()
             if k < lower:
                 return

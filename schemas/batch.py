@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Generic, TypeVar
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
@@ -341,11 +341,16 @@ class StoredMessage:
     created_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class HistoryLoad:
-    """A budgeted window in stored order; ``truncated`` is true when older messages were left out."""
+_Row = TypeVar("_Row", "StoredMessage", "TurnSource")
 
-    messages: list[StoredMessage]
+
+@dataclass(frozen=True)  # no slots: HistoryLoad[TurnSource](...) must be able to try __orig_class__
+class HistoryLoad(Generic[_Row]):
+    """A budgeted window in stored order; ``truncated`` is true when older messages of the
+    window were left out. ``messages`` holds ``StoredMessage`` (``read_within_bytes``) or
+    ``TurnSource`` (``turn_sources``)."""
+
+    messages: list[_Row]
     truncated: bool
 
 
