@@ -36,6 +36,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from projections.custom import Projection
+from projections.reads import Unit
 from schemas.errors import (
     AppendConflict,
     CommitUnconfirmed,
@@ -59,7 +60,7 @@ from schemas.positions import HistoryPosition
 if TYPE_CHECKING:  # pragma: no cover
     from engine.facade import HistoryEngine
     from engine.log.base import Record
-    from schemas.batch import StoredMessage
+    from schemas.batch import StoredMessage, TurnSource
 
 __all__ = [
     "DEFAULT_DATA", "DEFAULT_TOPIC", "ProgressBar", "Target", "build_parser", "entry_json", "exit_code",
@@ -278,7 +279,10 @@ def _entry_line(entry: StoredMessage) -> str:
 
 
 def _created(entry: StoredMessage) -> str:
-    created = entry.created_at
+    return _iso(entry.created_at)
+
+
+def _iso(created: datetime) -> str:
     if isinstance(created, datetime):
         return created.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return str(created)
@@ -404,8 +408,17 @@ def cmd_read(ns: argparse.Namespace, target: Target, out: Out) -> int:
             raise InvalidWindow(f"invalid --window {ns.window}: "
                                 "the limit must be a positive number of messages")
         return _read_window(target, conversation, ns.window, ns.json, out)
+    if ns.measure:
+        if ns.unit is not None or ns.turn_sources:
+            raise UsageError("--measure takes no --unit or --turn-sources (it counts every message after --after)")
+        return _read_measure(target, conversation, after, ns.json, out)
+    if ns.turn_sources and ns.max_bytes is None:
+        raise UsageError("--turn-sources goes with --max-bytes B")
+    unit: Unit = "message" if ns.unit == "message" else "turn"
+    if ns.turn_sources:
+        return _read_sources(target, conversation, ns.max_bytes, after, unit, ns.json, out)
     if ns.max_bytes is not None:
-        return _read_budget(target, conversation, ns.max_bytes, after, ns.unit or "turn", ns.json, out)
+        return _read_budget(target, conversation, ns.max_bytes, after, unit, ns.json, out)
     with target.open() as engine:
         entries = engine.entries(conversation, after=after)
     if ns.json:
@@ -442,15 +455,9 @@ def _window_labels(engine: HistoryEngine, conversation: ConversationID, window: 
 
 
 def _read_budget(target: Target, conversation: ConversationID, max_bytes: int, after: HistoryPosition | None,
-                 unit: str, as_json: bool, out: Out) -> int:
-    from engine.facade import HistoryEngine
-
-    if not hasattr(HistoryEngine, "read_within_bytes"):
-        raise Unsupported("read --max-bytes needs HistoryEngine.read_within_bytes, "
-                          "which is not available in this version of histlog")
+                 unit: Unit, as_json: bool, out: Out) -> int:
     with target.open() as engine:
-        load = engine.read_within_bytes(  # type: ignore[attr-defined]
-            conversation, max_bytes, after=after or HistoryPosition.START, unit=unit)
+        load = engine.read_within_bytes(conversation, max_bytes, after=after or HistoryPosition.START, unit=unit)
     entries: list[StoredMessage] = list(load.messages)
     if as_json:
         _print(out, '{"entries":' + _json_array(entry_json(e) for e in entries)
@@ -459,6 +466,43 @@ def _read_budget(target: Target, conversation: ConversationID, max_bytes: int, a
     if load.truncated:
         _print(out, "… older messages left out (over the byte budget)")
     _print(out, *(_entry_line(e) for e in entries))
+    return OK
+
+
+def _source_json(source: TurnSource) -> str:
+    return (
+        "{" + f'"content":{source.content.decode("utf-8")},'
+        f'"created_at":{json.dumps(_iso(source.created_at))},'
+        f'"id":{json.dumps(source.id, ensure_ascii=False)},'
+        f'"interrupted":{json.dumps(source.interrupted)},'
+        f'"role":{json.dumps(source.role.value)}' + "}"
+    )
+
+
+def _read_sources(target: Target, conversation: ConversationID, max_bytes: int, after: HistoryPosition | None,
+                  unit: Unit, as_json: bool, out: Out) -> int:
+    with target.open() as engine:
+        load = engine.turn_sources(conversation, max_bytes, after=after or HistoryPosition.START, unit=unit)
+    if as_json:
+        _print(out, '{"sources":' + _json_array(_source_json(s) for s in load.messages)
+               + f',"truncated":{json.dumps(load.truncated)}' + "}")
+        return OK
+    if load.truncated:
+        _print(out, "… older messages left out (over the byte budget)")
+    _print(out, *(f"[{s.id}] {s.role.value}{' (interrupted)' if s.interrupted else ''}: "
+                  f"{s.content.decode('utf-8')}" for s in load.messages))
+    return OK
+
+
+def _read_measure(target: Target, conversation: ConversationID, after: HistoryPosition | None, as_json: bool,
+                  out: Out) -> int:
+    with target.open() as engine:
+        m = engine.measure(conversation, after or HistoryPosition.START)
+    if as_json:
+        _print(out, json.dumps({"content_bytes": m.content_bytes, "messages": m.messages, "turns": m.turns},
+                               sort_keys=True))
+    else:
+        _print(out, f"messages={m.messages} content_bytes={m.content_bytes} turns={m.turns}")
     return OK
 
 
@@ -785,13 +829,18 @@ def build_parser() -> argparse.ArgumentParser:
                 "Print a conversation: one line per message, [TURN:SEQ] role: text. "
                 "--json prints a JSON array of entries (position, id, append_id, created_at, message); "
                 "with --window, a JSON array of messages; with --max-bytes, "
-                '{"entries": [...], "truncated": bool}.')
+                '{"entries": [...], "truncated": bool}; with --turn-sources, {"sources": [...], "truncated": bool}; '
+                'with --measure, {"messages", "content_bytes", "turns"}.')
     p.add_argument("conversation", metavar="CONVERSATION")
     how = p.add_mutually_exclusive_group()
     how.add_argument("--window", metavar="N", type=_integer,
                      help="only the newest whole turns within N messages (system messages merged first)")
     how.add_argument("--max-bytes", metavar="B", type=_integer,
                      help="only the newest units within a budget of B content bytes")
+    how.add_argument("--measure", action="store_true",
+                     help="print the messages, content bytes and turns after --after (no payload is read)")
+    p.add_argument("--turn-sources", action="store_true",
+                   help="with --max-bytes: print only id, role, content, created_at, interrupted of each message")
     p.add_argument("--unit", choices=("turn", "message"), help="with --max-bytes: keep whole turns (default) "
                    "or single messages")
     p.add_argument("--after", metavar="TURN:SEQ", help="only messages after this position (exclusive)")

@@ -195,15 +195,30 @@ def test_read_window_smaller_than_the_newest_turn_exits_2(capsys: Capsys, data: 
     one_error_line(err)
 
 
-def test_read_max_bytes_says_when_it_is_not_available(capsys: Capsys, data: str) -> None:
-    run(capsys, "--data", data, "append", "c", "u", "--text", "q")
-    code, out, err = run(capsys, "--data", data, "read", "c", "--max-bytes", "1000")
-    if hasattr(HistoryEngine, "read_within_bytes"):
-        assert code == 0
-        assert out.endswith("user: q\n")
-    else:
-        assert code == 2
-        assert "not available in this version" in one_error_line(err)
+def test_read_max_bytes_keeps_the_crossing_turn_and_says_what_it_left_out(capsys: Capsys, data: str) -> None:
+    run(capsys, "--data", data, "append", "c", "u1", "--text", "old question")
+    run(capsys, "--data", data, "append", "c", "u2", "--text", "new question")
+    code, out, _ = run(capsys, "--data", data, "read", "c", "--max-bytes", "1")
+    assert code == 0
+    assert out.splitlines() == ["… older messages left out (over the byte budget)", "[2:2] user: new question"]
+    load = json.loads(run(capsys, "--data", data, "read", "c", "--max-bytes", "100000", "--json")[1])
+    assert load["truncated"] is False and [e["id"] for e in load["entries"]] == ["u1/0", "u2/0"]
+
+
+def test_read_turn_sources_and_measure(capsys: Capsys, data: str) -> None:
+    run(capsys, "--data", data, "append", "c", "u1", "--text", "q")
+    run(capsys, "--data", data, "append", "c", "a1", "--text", "a", "--role", "assistant")
+    code, out, _ = run(capsys, "--data", data, "read", "c", "--max-bytes", "1000", "--turn-sources", "--json")
+    sources = json.loads(out)
+    assert code == 0 and sources["truncated"] is False
+    assert [(s["id"], s["role"], s["interrupted"]) for s in sources["sources"]] == [
+        ("u1/0", "user", False), ("a1/0", "assistant", False)]
+    assert sources["sources"][0]["content"] == {"parts": [{"kind": "text", "text": "q"}], "role": "user"}
+    measure = json.loads(run(capsys, "--data", data, "read", "c", "--measure", "--after", "1:1", "--json")[1])
+    assistant = b'{"parts":[{"kind":"text","text":"a"}],"role":"assistant"}'
+    assert measure == {"messages": 1, "content_bytes": len(assistant), "turns": 1}
+    code, _, err = run(capsys, "--data", data, "read", "c", "--turn-sources")
+    assert code == 2 and "--max-bytes" in one_error_line(err)
 
 
 # --------------------------------------------------------------------------- stats / tail / rebuild / demo
