@@ -3,9 +3,9 @@
 The errors and the data model are re-exported from ``schemas`` for convenience.
 """
 
-from engine.facade import EngineStats, HistoryEngine
+from engine.facade import EMPTY, EngineStats, HistoryEngine
 from engine.window import Reader, WindowReader
 from schemas import *  # noqa: F403
 from schemas import __all__ as _schemas_all
 
-__all__ = ["EngineStats", "HistoryEngine", "Reader", "WindowReader", *_schemas_all]
+__all__ = ["EMPTY", "EngineStats", "HistoryEngine", "Reader", "WindowReader", *_schemas_all]

@@ -25,7 +25,7 @@ from projections.keys import meta_key
 from projections.reads import Reads, Unit
 from projections.runtime import Projector, checkpoints
 from projections.store import StateStore
-from schemas.batch import Batch, HistoryLoad, Measure, Receipt, StoredMessage, TurnSource
+from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
 from schemas.errors import (
     AppendConflict,
     CommitUnconfirmed,
@@ -33,16 +33,19 @@ from schemas.errors import (
     CorruptLog,
     HistoryError,
     InvalidBatch,
+    InvalidReceipt,
     InvalidWindow,
     LogUnavailable,
     NotFound,
+    PreconditionFailed,
+    TurnNotReplaceable,
 )
-from schemas.events import BatchAppended, ConversationCleared, encode_event
+from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, encode_event
 from schemas.ids import ConversationID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
 
-__all__ = ["EngineStats", "HistoryEngine", "Progress"]
+__all__ = ["EMPTY", "EngineStats", "HistoryEngine", "Progress"]
 
 log = logging.getLogger("histlog.engine")
 
@@ -53,11 +56,34 @@ Progress = Callable[[int, int], None]
 """Called with ``(applied, total)`` records while the state catches up with the log."""
 
 
+class _Empty:
+    """``EMPTY``: as ``append(..., expected_last=EMPTY)``, the conversation must have no accepted append."""
+
+    _instance: _Empty | None = None
+
+    def __new__(cls) -> _Empty:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "EMPTY"
+
+    def __reduce__(self) -> str:
+        return "EMPTY"
+
+
+EMPTY = _Empty()
+"""``append(batch, expected_last=EMPTY)``: accept only if the conversation has no accepted append yet."""
+
+
 @dataclass(frozen=True, slots=True)
 class EngineStats:
     """Offsets per partition and admission outcome counts since the state was built.
 
-    ``corrupt`` counts poison records skipped (undecodable, unknown schema, digest mismatch...).
+    ``corrupt`` counts poison records skipped (undecodable, unknown schema, digest mismatch...);
+    ``precondition_failed`` and ``not_replaceable`` count refused ``expected_last`` appends and
+    turn replacements.
     """
 
     end_offsets: list[int]
@@ -68,6 +94,8 @@ class EngineStats:
     conflicts: int
     rejected_closed: int
     corrupt: int
+    precondition_failed: int = 0
+    not_replaceable: int = 0
 
 
 def _now_ms() -> int:
@@ -175,17 +203,53 @@ class HistoryEngine:
                 return False
 
     # -- writes --------------------------------------------------------------------------------
-    def append(self, batch: Batch, timeout: float = 30.0) -> Receipt:
-        """Append a batch atomically and idempotently; see API.md for every outcome."""
+    EMPTY = EMPTY
+
+    def append(self, batch: Batch, timeout: float = 30.0, *, expected_last: Receipt | _Empty | None = None) -> Receipt:
+        """Append a batch atomically and idempotently; see API.md for every outcome.
+
+        ``expected_last``: a ``Receipt`` (the conversation's last accepted append must be that
+        one) or ``EMPTY`` (it must have none), decided by admission in log order; otherwise
+        ``PreconditionFailed``. An identical retry of an accepted batch returns its receipt.
+        """
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
+        expected = _expected(batch, expected_last)
         self._check_open()
-        deadline = time.monotonic() + timeout
-        c, a = batch.conversation_id, batch.append_id
         fast = self._fast_path(batch)
         if fast is not None:
             return fast
-        event = BatchAppended.of(batch, _now_ms())
+        if expected is not None:
+            self._precondition_fast_path(batch, expected)
+        return self._write(batch, BatchAppended.of(batch, _now_ms(), expected), timeout)
+
+    def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0) -> Receipt:
+        """Edit (``"edit"``) or regenerate (``"retry"``) the latest visible turn, as one event.
+
+        ``batch`` is the whole new turn, starting with its user message (for a retry, with the
+        same content as the old one). Admission, in log order, hides turn ``old_turn_id`` in every
+        read projection and appends ``batch`` as the next turn, or refuses with
+        ``TurnNotReplaceable`` when ``old_turn_id`` is no longer the latest visible turn (so of
+        two racing replacements one wins everywhere). Idempotent by append id, like ``append``.
+        """
+        if not isinstance(batch, Batch):
+            raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
+        if reason not in ("edit", "retry"):
+            raise InvalidBatch(f"invalid replace_turn reason {reason!r}: expected 'edit' or 'retry'")
+        if not isinstance(old_turn_id, str) or not old_turn_id:
+            raise InvalidBatch(f"invalid old_turn_id {old_turn_id!r}: expected a turn id (HistoryTurn.id)")
+        if batch.messages[0].role != "user":
+            raise InvalidBatch("invalid replacement turn: it must start with its user message "
+                               f"(messages[0] is {batch.messages[0].role.value})")
+        self._check_open()
+        fast = self._fast_path(batch)
+        if fast is not None:
+            return fast
+        return self._write(batch, TurnReplaced.of(batch, _now_ms(), old_turn_id, reason), timeout)
+
+    def _write(self, batch: Batch, event: BatchAppended | TurnReplaced, timeout: float) -> Receipt:
+        deadline = time.monotonic() + timeout
+        c, a = batch.conversation_id, batch.append_id
         key = record_key(c, a)
         with self._projector.expecting(key, batch):
             position = self._log.append(key, encode_event(event), timeout=timeout)
@@ -195,6 +259,16 @@ class HistoryEngine:
                 f"append {str(a)!r} to {str(c)!r} was written at {position} but not decided within {timeout}s; "
                 "resend the same Batch (it is safe: a retry returns the original receipt)")
         return self._answer(batch, decision, position)
+
+    def _precondition_fast_path(self, batch: Batch, expected: str) -> None:
+        """Refuse without touching the log when local state already proves the precondition can
+        never hold: the conversation's last append is another one, and the expected append is
+        known here (so it cannot become the last again), or any append exists and none was expected."""
+        row = self._reads.conversation(batch.conversation_id)
+        if row is None or row.last_append == expected:
+            return
+        if expected == "" or self._reads.receipt(batch.conversation_id, expected) is not None:
+            raise _precondition(batch, expected, row.last_append)
 
     def _fast_path(self, batch: Batch) -> Receipt | None:
         c, a = batch.conversation_id, batch.append_id
@@ -226,6 +300,14 @@ class HistoryEngine:
             raise _conflict(batch, decision.digest)
         if outcome is Outcome.REJECTED_CLOSED:
             raise _closed(batch.conversation_id)
+        if outcome is Outcome.PRECONDITION_FAILED:
+            raise PreconditionFailed(
+                f"append {str(batch.append_id)!r} to {str(batch.conversation_id)!r} refused: {decision.reason}; "
+                "read the conversation again and retry with its latest receipt as expected_last")
+        if outcome is Outcome.NOT_REPLACEABLE:
+            raise TurnNotReplaceable(
+                f"replacement {str(batch.append_id)!r} of {str(batch.conversation_id)!r} refused: {decision.reason}; "
+                "read latest_turn() and decide again")
         # Our own event was judged poison, or its decision was forgotten: derive it from state.
         retry = self._fast_path(batch)
         if retry is not None:
@@ -283,7 +365,29 @@ class HistoryEngine:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidWindow(f"invalid limit {limit!r}: expected a non-negative int or None")
         self._check_open()
-        return self._reads.entries(c, after, before, limit)
+        return self._reads.entries(c, after, before, limit, include_hidden)
+
+    def turn(self, conversation_id: str, message_id: str) -> HistoryTurn:
+        """The visible user-led turn holding ``message_id`` (an id from ``entries``); ``NotFound``
+        for an unknown message, a hidden one, or one before the first user message."""
+        c = ConversationID(conversation_id)
+        if not isinstance(message_id, str):
+            raise NotFound(f"message ids are str (APPEND_ID/INDEX), got {type(message_id).__name__}")
+        self._check_open()
+        return self._reads.turn(c, message_id)
+
+    def latest_turn(self, conversation_id: str) -> HistoryTurn | None:
+        """The latest visible user-led turn (the one ``replace_turn`` may replace), or None."""
+        c = ConversationID(conversation_id)
+        self._check_open()
+        return self._reads.latest_turn(c)
+
+    def latest_interrupted_checkpoint(self, conversation_id: str) -> StoredMessage | None:
+        """The newest assistant message with metadata ``interrupted: true`` that no later
+        assistant message follows (later user or tool messages do not cancel it), or None."""
+        c = ConversationID(conversation_id)
+        self._check_open()
+        return self._reads.latest_interrupted_checkpoint(c)
 
     def window(self, conversation_id: str, limit: int) -> list[Message]:
         """The same result as ``WindowReader(engine, limit).read(...)``, in O(limit)."""
@@ -336,7 +440,8 @@ class HistoryEngine:
         applied = self._projector.applied_offsets()
         s = self._projector.stats()
         return EngineStats(ends, applied, [max(e - a, 0) for e, a in zip(ends, applied, strict=True)],
-                           s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt)
+                           s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt,
+                           s.precondition_failed, s.not_replaceable)
 
     # -- custom projections ----------------------------------------------------------------------
     def register(self, projection: Projection, wait: bool = True, *, progress: Progress | None = None) -> None:
@@ -414,6 +519,28 @@ class HistoryEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _expected(batch: Batch, expected_last: Receipt | _Empty | None) -> str | None:
+    """The event's precondition: None, "" (EMPTY) or the expected last append id."""
+    if expected_last is None:
+        return None
+    if expected_last is EMPTY:
+        return ""
+    if not isinstance(expected_last, Receipt):
+        raise InvalidReceipt("invalid expected_last: expected a Receipt, EMPTY or None, "
+                             f"got {type(expected_last).__name__}")
+    if expected_last.conversation_id != batch.conversation_id:
+        raise InvalidReceipt("invalid expected_last: the receipt is for conversation "
+                             f"{str(expected_last.conversation_id)!r}, not {str(batch.conversation_id)!r}")
+    return str(expected_last.append_id)
+
+
+def _precondition(batch: Batch, expected: str, last: str) -> PreconditionFailed:
+    wanted = repr(expected) if expected else "no append yet"
+    return PreconditionFailed(
+        f"append {str(batch.append_id)!r} to {str(batch.conversation_id)!r} refused: expected last append {wanted}, "
+        f"found {last!r}; read the conversation again and retry with its latest receipt as expected_last")
 
 
 def _check_cursors(after: HistoryPosition | None, before: HistoryPosition | None) -> None:

@@ -6,7 +6,7 @@ replaying the log rebuilds exactly the same state.
 
 from projections.admission import Decision, Outcome
 from projections.custom import Projection, ProjectionTx, ProjectionView
-from projections.events import BatchEvent, ClearEvent, ProjectedEvent
+from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from projections.runtime import Projector
 from projections.store import StateStore
 
@@ -21,4 +21,5 @@ __all__ = [
     "ProjectionView",
     "Projector",
     "StateStore",
+    "TurnReplacedEvent",
 ]

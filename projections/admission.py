@@ -10,6 +10,13 @@ consumes the same log reaches the same decisions:
   exists → same digest: **duplicate** (the original receipt), other digest: **conflict**;
   else **accepted** (receipt evidence stored, message sequence numbers assigned by the full
   projection in the same step);
+  with a precondition ``expected_last`` that does not name the conversation's last accepted
+  append (``""``: that there is none) → **precondition_failed** (an identical retry of an
+  accepted batch is a duplicate first, whatever its precondition);
+* ``TurnReplaced(c, a, d, old_turn_id, reason)``: closed, duplicate and conflict as above;
+  ``old_turn_id`` not the latest visible turn, or a ``retry`` whose user message content
+  differs from the old turn's → **not_replaceable**; else **accepted**: the old turn is hidden
+  (``full.hide_latest_turn``) and the replacement appended as the next turn, in one step;
 * ``ConversationCleared(c)``: ``c`` becomes closed forever (**cleared**; a repeated clear is a
   no-op **duplicate**); its receipts and rows are dropped, the closure stays.
 
@@ -24,12 +31,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from projections import full, keys
-from projections.events import BatchEvent, ClearEvent, ProjectedEvent
+from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from projections.store import Tx
 from schemas.batch import Batch, Receipt
 from schemas.canonical import digest_of
 from schemas.errors import CorruptLog, HistoryError
-from schemas.events import BatchAppended, ConversationCleared, decode_event
+from schemas.events import ConversationCleared, TurnReplaced, decode_event
 from schemas.ids import AppendID, ConversationID
 from schemas.positions import LogPosition
 
@@ -45,6 +52,8 @@ class Outcome(enum.StrEnum):
     REJECTED_CLOSED = "rejected_closed"
     CORRUPT = "corrupt"
     CLEARED = "cleared"
+    PRECONDITION_FAILED = "precondition_failed"
+    NOT_REPLACEABLE = "not_replaceable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +68,7 @@ class Decision:
     outcome: Outcome
     digest: str = ""
     receipt_position: LogPosition | None = None
-    reason: str = ""  # corrupt: why
+    reason: str = ""  # corrupt, precondition_failed, not_replaceable: why
 
     def receipt(self, conversation_id: ConversationID, append_id: AppendID) -> Receipt:
         """The receipt this decision proves (accepted or duplicate decisions only)."""
@@ -91,6 +100,10 @@ def admit(tx: Tx, stats: keys.Stats, position: LogPosition, key: bytes, value: b
         stats.conflicts += 1
     elif outcome is Outcome.REJECTED_CLOSED:
         stats.rejected_closed += 1
+    elif outcome is Outcome.PRECONDITION_FAILED:
+        stats.precondition_failed += 1
+    elif outcome is Outcome.NOT_REPLACEABLE:
+        stats.not_replaceable += 1
     elif outcome is Outcome.CORRUPT:
         stats.corrupt += 1
         tx.put(keys.poison_key(position.partition, position.offset), decision.reason.encode("utf-8"))
@@ -105,7 +118,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         return _corrupt(e.reason or str(e))
     try:
         conversation_id = ConversationID(event.conversation_id)
-        append_id = AppendID(event.append_id) if isinstance(event, BatchAppended) else None
+        append_id = AppendID(event.append_id) if not isinstance(event, ConversationCleared) else None
     except HistoryError as e:
         return _corrupt(f"invalid id: {e}")
     conv = conversation_id.encode("utf-8")
@@ -124,9 +137,11 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
             return Decision(Outcome.CLEARED), None
         return Decision(Outcome.CLEARED), ClearEvent(conversation_id, position, _time(event.created_at_ms))
 
-    assert append_id is not None  # Invariant: only BatchAppended reaches here.
+    assert append_id is not None  # Invariant: only BatchAppended and TurnReplaced reach here.
     if digest_of(event.messages) != event.digest:
         return _corrupt("digest mismatch")
+    if isinstance(event, TurnReplaced) and event.reason not in keys.REASONS:
+        return _corrupt(f"turn replacement reason {event.reason!r} is not one of {', '.join(keys.REASONS)}")
     if row is not None and row.closed:
         return Decision(Outcome.REJECTED_CLOSED), None
     rkey = keys.receipt_key(conv, append_id.encode("utf-8"))
@@ -145,16 +160,50 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     if len(batch) != event.message_count or batch.content_bytes() != event.content_bytes:
         return _corrupt("message_count or content_bytes does not match the messages")
     row = row or keys.ConversationRow()
+    hidden = range(0)
+    if isinstance(event, TurnReplaced):
+        if batch.messages[0].role != "user":
+            return _corrupt("a replacement turn must start with its user message")
+        refusal = _check_replaceable(tx, conv, row, event, batch)
+        if refusal:
+            return Decision(Outcome.NOT_REPLACEABLE, reason=refusal), None
+        latest = full.latest_turn(tx, conv, row)
+        assert latest is not None  # Invariant: _check_replaceable found it.
+        hidden = full.hide_latest_turn(tx, conv, row, latest[1], full.turn_id(append_id, 0), event.reason,
+                                       event.created_at_ms)
+    elif event.expected_last is not None and event.expected_last != row.last_append:
+        expected = repr(event.expected_last) if event.expected_last else "no append yet"
+        found = repr(row.last_append) if row.last_append else "none"
+        return Decision(Outcome.PRECONDITION_FAILED, reason=f"expected last append {expected}, found {found}"), None
     first_seq = full.append(tx, conv, row, batch, event.created_at_ms)
-    row.last = (position.partition, position.offset)
+    row.last_append = append_id
     tx.put(keys.conv_key(conv), row.encode())
     tx.put(rkey, keys.ReceiptRow(event.digest, position.partition, position.offset, first_seq,
                                  len(batch)).encode())
     decision = Decision(Outcome.ACCEPTED, event.digest, position)
     if not want_event:
         return decision, None
-    return decision, BatchEvent(conversation_id, append_id, batch.messages, event.digest, position,
-                                _time(event.created_at_ms), first_seq)
+    created = _time(event.created_at_ms)
+    if isinstance(event, TurnReplaced):
+        return decision, TurnReplacedEvent(conversation_id, event.old_turn_id, event.reason, append_id,
+                                           batch.messages, event.digest, position, created, first_seq, hidden)
+    return decision, BatchEvent(conversation_id, append_id, batch.messages, event.digest, position, created, first_seq)
+
+
+def _check_replaceable(tx: Tx, conv: bytes, row: keys.ConversationRow, event: TurnReplaced, batch: Batch) -> str:
+    """Why ``event`` may not replace its turn ("" when it may)."""
+    latest = full.latest_turn(tx, conv, row)
+    if latest is None:
+        return f"turn {event.old_turn_id!r} is not the latest visible turn (the conversation has no turn)"
+    latest_id, first_seq = latest
+    if latest_id != event.old_turn_id:
+        return f"turn {event.old_turn_id!r} is not the latest visible turn ({latest_id!r} is)"
+    if event.reason == "retry":
+        source = tx.get(keys.source_key(conv, first_seq))
+        assert source is not None  # Invariant: visible messages have their N row.
+        if keys.SourceRow.decode(source)[6] != batch.messages[0].content_json():
+            return "a retry keeps the user message; its content differs from the old turn's (use reason 'edit')"
+    return ""
 
 
 def _time(ms: int) -> datetime:

@@ -9,7 +9,7 @@ from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message
 from schemas.positions import LogPosition
 
-__all__ = ["BatchEvent", "ClearEvent", "ProjectedEvent"]
+__all__ = ["BatchEvent", "ClearEvent", "ProjectedEvent", "TurnReplacedEvent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,4 +34,23 @@ class ClearEvent:
     created_at: datetime
 
 
-ProjectedEvent = BatchEvent | ClearEvent
+@dataclass(frozen=True, slots=True)
+class TurnReplacedEvent:
+    """An accepted edit or retry: the turn ``old_turn_id`` (its messages had the sequence numbers
+    ``hidden_seqs``) is now hidden, and the replacement turn's ``messages`` got the sequence
+    numbers ``first_seq .. first_seq+len-1``. A projection that mirrors the visible history
+    drops ``hidden_seqs`` and adds the messages, as one step."""
+
+    conversation_id: ConversationID
+    old_turn_id: str
+    reason: str
+    append_id: AppendID
+    messages: tuple[Message, ...]
+    digest: str
+    position: LogPosition
+    created_at: datetime
+    first_seq: int
+    hidden_seqs: range
+
+
+ProjectedEvent = BatchEvent | ClearEvent | TurnReplacedEvent

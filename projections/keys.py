@@ -13,7 +13,8 @@ key                    meaning                                         value
 ``S`` conv 1F seq      index of system messages (window merging)       empty
 ``N`` conv 1F seq      turn source: the message narrowed (own space)   ``SourceRow`` header + content JSON
 ``A`` conv 1F seq      running sums before the message (measure)       ``AggregateRow``
-``T`` conv 1F turn     first seq of each turn (cursor seeks)           seq
+``T`` conv 1F turn     first seq of each visible turn (cursor seeks)   seq
+``H`` conv 1F turn seq a hidden message (its turn was replaced)       ``HiddenRow`` + ``MessageRow``
 ``P`` name 00 part     checkpoint: next offset to apply                offset
 ``Q`` part offset      a quarantined poison record                     reason (UTF-8)
 ``X``                  admission outcome counters                      5 x u64
@@ -30,6 +31,7 @@ __all__ = [
     "ROLE_CODES",
     "AggregateRow",
     "ConversationRow",
+    "HiddenRow",
     "MessageRow",
     "ReceiptRow",
     "SourceRow",
@@ -38,6 +40,7 @@ __all__ = [
     "checkpoint_key",
     "conv_key",
     "conv_range",
+    "hidden_key",
     "message_key",
     "meta_key",
     "poison_key",
@@ -89,6 +92,11 @@ def aggregate_key(conv: bytes, seq: int) -> bytes:
     return b"A" + conv + SEP + _U64.pack(seq)
 
 
+def hidden_key(conv: bytes, turn: int, seq: int) -> bytes:
+    """Keyed by position ``(turn, seq)``, so a cursor is a key: hidden rows are read in O(result)."""
+    return b"H" + conv + SEP + _U64.pack(turn) + _U64.pack(seq)
+
+
 def turn_key(conv: bytes, turn: int) -> bytes:
     return b"T" + conv + SEP + _U64.pack(turn)
 
@@ -110,36 +118,35 @@ def meta_key(name: str) -> bytes:
     return b"m" + name.encode("utf-8")
 
 
-_CONV = struct.Struct(">BQQQQQBIQ")
-NO_LAST = (0, 0)
+_CONV = struct.Struct(">BQQQQQ")
 
 
 @dataclass(slots=True)
 class ConversationRow:
-    """Per-conversation summary. ``closed`` is permanent; a closed row keeps no counts.
+    """Per-conversation summary of the *visible* history. ``closed`` is permanent; a closed row
+    keeps no counts.
 
-    ``turns`` counts the distinct turn positions of the stored messages (the units of a
+    ``turns`` counts the distinct turn positions of the visible messages (the units of a
     turn-budgeted read: the leading messages before the first user message are one).
-    ``last`` is the log position of the last accepted append (``None`` before the first).
+    ``last_append`` is the append id of the last accepted append ("" before the first).
     """
 
     closed: bool = False
     next_seq: int = 1
-    turn: int = 0  # the current turn position (advances at every user message)
+    turn: int = 0  # the latest turn position given (advances at every user message)
     turns: int = 0
     messages: int = 0
     content_bytes: int = 0
-    last: tuple[int, int] | None = None
+    last_append: str = ""
 
     def encode(self) -> bytes:
-        has_last, (partition, offset) = (1, self.last) if self.last is not None else (0, NO_LAST)
         return _CONV.pack(1 if self.closed else 0, self.next_seq, self.turn, self.turns,
-                          self.messages, self.content_bytes, has_last, partition, offset)
+                          self.messages, self.content_bytes) + self.last_append.encode("utf-8")
 
     @classmethod
     def decode(cls, b: bytes) -> ConversationRow:
-        closed, next_seq, turn, turns, messages, content, has_last, partition, offset = _CONV.unpack(b)
-        return cls(bool(closed), next_seq, turn, turns, messages, content, (partition, offset) if has_last else None)
+        closed, next_seq, turn, turns, messages, content = _CONV.unpack_from(b)
+        return cls(bool(closed), next_seq, turn, turns, messages, content, b[_CONV.size:].decode("utf-8"))
 
 
 _RECEIPT = struct.Struct(">IQQI")
@@ -255,7 +262,28 @@ class AggregateRow:
         return messages, content, turns
 
 
-_STATS = struct.Struct(">QQQQQ")
+_HIDDEN = struct.Struct(">QBH")
+REASONS = ("edit", "retry")
+
+
+class HiddenRow:
+    """A message of a replaced turn: when and why it was hidden, by which turn, then its
+    ``MessageRow`` bytes unchanged."""
+
+    @staticmethod
+    def pack(hidden_at_ms: int, reason: str, superseded_by: str, message_row: bytes) -> bytes:
+        by = superseded_by.encode("utf-8")
+        return _HIDDEN.pack(hidden_at_ms, REASONS.index(reason), len(by)) + by + message_row
+
+    @staticmethod
+    def decode(b: bytes) -> tuple[int, str, str, bytes]:
+        """``(hidden_at_ms, reason, superseded_by, message_row)``."""
+        at, reason, blen = _HIDDEN.unpack_from(b)
+        start = _HIDDEN.size
+        return at, REASONS[reason], b[start:start + blen].decode("utf-8"), b[start + blen:]
+
+
+_STATS = struct.Struct(">QQQQQQQ")
 
 
 @dataclass(slots=True)
@@ -267,9 +295,15 @@ class Stats:
     conflicts: int = 0
     rejected_closed: int = 0
     corrupt: int = 0
+    precondition_failed: int = 0
+    not_replaceable: int = 0
 
     def encode(self) -> bytes:
-        return _STATS.pack(self.accepted, self.duplicates, self.conflicts, self.rejected_closed, self.corrupt)
+        return _STATS.pack(self.accepted, self.duplicates, self.conflicts, self.rejected_closed, self.corrupt,
+                           self.precondition_failed, self.not_replaceable)
+
+    def copy(self) -> Stats:
+        return Stats(*(getattr(self, f) for f in Stats.__slots__))
 
     @classmethod
     def decode(cls, b: bytes | None) -> Stats:

@@ -4,14 +4,15 @@ RocksDB iterator), so it never mixes two projector steps. Window queries touch O
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Literal
 
 from projections import keys
 from projections.store import Snapshot, StateStore
 from projections.window import fit_turns, merge_system
-from schemas.batch import HistoryLoad, Measure, StoredMessage, TurnSource
+from schemas.batch import HistoryLoad, HistoryTurn, Measure, StoredMessage, TurnSource
+from schemas.errors import NotFound
 from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
@@ -34,14 +35,22 @@ def _time(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def _stored(row: keys.MessageRow, seq: int) -> StoredMessage:
+def _stored(row: keys.MessageRow, seq: int, superseded_by: str | None = None,
+            reason: str | None = None) -> StoredMessage:
     return StoredMessage(
         message_id(row.append_id, row.index),
         Message.from_stored(row.canonical),
         HistoryPosition(row.turn, seq),
         AppendID(row.append_id),
         _time(row.created_at_ms),
+        superseded_by,
+        reason,
     )
+
+
+def _hidden(key: bytes, value: bytes) -> StoredMessage:
+    _, reason, superseded_by, message = keys.HiddenRow.decode(value)
+    return _stored(keys.MessageRow.decode(message), _seq_of(key), superseded_by, reason)
 
 
 def _source(value: bytes) -> TurnSource:
@@ -88,35 +97,110 @@ class Reads:
                 out.append(ConversationID(k[1:].decode("utf-8")))
         return out
 
-    def _rows(self, snap: Snapshot, conv: bytes, first_seq: int = 1) -> Iterator[tuple[int, keys.MessageRow]]:
-        lower, upper = keys.conv_range(b"M", conv)
-        for k, v in snap.scan(keys.message_key(conv, first_seq) if first_seq > 1 else lower, upper):
-            yield _seq_of(k), keys.MessageRow.decode(v)
-
     def messages(self, conv: str) -> list[Message]:
         snap = self.store.iterator()
         canonical_of = keys.MessageRow.canonical_of
         return [Message.from_stored(canonical_of(v)) for _, v in snap.scan(*keys.conv_range(b"M", conv.encode()))]
 
     def entries(self, conv: str, after: HistoryPosition | None, before: HistoryPosition | None,
-                limit: int | None) -> list[StoredMessage]:
-        """Messages with ``after < position < before`` in stored order, at most ``limit``."""
+                limit: int | None, include_hidden: bool = False) -> list[StoredMessage]:
+        """Messages with ``after < position < before`` in stored order, at most ``limit``;
+        with ``include_hidden``, the messages of replaced turns too (merged by position)."""
         snap = self.store.iterator()
         c = conv.encode("utf-8")
-        start = 1
-        if after is not None and after > HistoryPosition.START:
-            start = self._first_seq_after(snap, c, after)
+        lo, hi = self._seq_range(snap, c, after, before)
+        upper = keys.message_key(c, hi) if hi < _NO_BOUND else keys.conv_range(b"M", c)[1]
         out: list[StoredMessage] = []
-        for seq, row in self._rows(snap, c, start):
-            position = HistoryPosition(row.turn, seq)
-            if after is not None and position <= after:
-                continue
-            if before is not None and position >= before:
-                break
+        for key, value in snap.scan(keys.message_key(c, lo), upper):
             if limit is not None and len(out) >= limit:
                 break
-            out.append(_stored(row, seq))
-        return out
+            out.append(_stored(keys.MessageRow.decode(value), _seq_of(key)))
+        if not include_hidden:
+            return out
+        return self._with_hidden(c, out, after, before, limit)
+
+    def _with_hidden(self, conv: bytes, visible: list[StoredMessage], after: HistoryPosition | None,
+                     before: HistoryPosition | None, limit: int | None) -> list[StoredMessage]:
+        """Merge the hidden rows (keyed by position, so the cursors are key bounds) into ``visible``."""
+        snap = self.store.iterator()
+        if after is None or after < HistoryPosition(0, 1):
+            lower = keys.conv_range(b"H", conv)[0]
+        else:
+            lower = keys.hidden_key(conv, after.turn, after.seq + 1)
+        upper = keys.hidden_key(conv, before.turn, before.seq) if before is not None else keys.conv_range(b"H", conv)[1]
+        hidden: list[StoredMessage] = []
+        for key, value in snap.scan(lower, upper):
+            if limit is not None and len(hidden) >= limit:
+                break
+            hidden.append(_hidden(key, value))
+        merged = sorted(visible + hidden, key=lambda m: m.position)
+        return merged if limit is None else merged[:limit]
+
+    def turn(self, conv: str, message_id_: str) -> HistoryTurn:
+        """The visible turn holding the message ``message_id_``; ``NotFound`` otherwise."""
+        snap = self.store.iterator()
+        c = conv.encode("utf-8")
+        conv = str(conv)
+        if self._open_row(snap, c) is None:
+            raise NotFound(f"conversation {conv!r} has no message {message_id_!r} (unknown or cleared conversation)")
+        append_id, _, index = message_id_.rpartition("/")
+        raw = snap.get(keys.receipt_key(c, append_id.encode("utf-8"))) if append_id and index.isdigit() else None
+        receipt = keys.ReceiptRow.decode(raw) if raw is not None else None
+        if receipt is None or int(index) >= receipt.count:
+            raise NotFound(f"conversation {conv!r} has no message {message_id_!r} "
+                           "(message ids are APPEND_ID/INDEX, as entries() shows them)")
+        value = snap.get(keys.message_key(c, receipt.first_seq + int(index)))
+        if value is None:
+            raise NotFound(f"message {message_id_!r} of {conv!r} is hidden: its turn was replaced "
+                           "(entries(..., include_hidden=True) lists it)")
+        turn = keys.MessageRow.decode_head(value)[0]
+        if turn == 0:
+            raise NotFound(f"message {message_id_!r} of {conv!r} comes before the first user message: "
+                           "it belongs to no turn")
+        return self._turn(snap, c, turn)
+
+    def latest_turn(self, conv: str) -> HistoryTurn | None:
+        """The latest visible user-led turn, or None."""
+        snap = self.store.iterator()
+        c = conv.encode("utf-8")
+        row = self._open_row(snap, c)
+        if row is None or row.turn == 0 or row.messages == 0:
+            return None
+        return self._turn(snap, c, row.turn)
+
+    def _turn(self, snap: Snapshot, conv: bytes, turn: int) -> HistoryTurn:
+        raw = snap.get(keys.turn_key(conv, turn))
+        assert raw is not None  # Invariant: a visible message's turn is indexed (same WriteBatch).
+        messages: list[StoredMessage] = []
+        for key, value in snap.scan(keys.message_key(conv, keys.read_u64(raw)), keys.conv_range(b"M", conv)[1]):
+            row = keys.MessageRow.decode(value)
+            if row.turn != turn:
+                break
+            messages.append(_stored(row, _seq_of(key)))
+        assistant = [m.id for m in messages if m.message.role == Role.ASSISTANT]
+        first = messages[0].id
+        return HistoryTurn(first, turn, first, assistant[-1] if assistant else None, messages)
+
+    def latest_interrupted_checkpoint(self, conv: str) -> StoredMessage | None:
+        """The newest assistant message, if its metadata ``interrupted`` is JSON ``true``: an
+        interrupted step no later assistant message completed (user and tool messages after it do
+        not cancel it). Walks the narrow rows back to the newest assistant message."""
+        snap = self.store.iterator()
+        c = conv.encode("utf-8")
+        if self._open_row(snap, c) is None:
+            return None
+        assistant = keys.ROLE_CODES["assistant"]
+        for key, value in snap.scan_reverse(*keys.conv_range(b"N", c)):
+            _, _, _, role, flags, _, _ = keys.SourceRow.decode(value)
+            if role != assistant:
+                continue
+            if not flags & keys.FLAG_INTERRUPTED:
+                return None
+            seq = _seq_of(key)
+            row = snap.get(keys.message_key(c, seq))
+            assert row is not None  # Invariant: N and M rows are written and deleted together.
+            return _stored(keys.MessageRow.decode(row), seq)
+        return None
 
     def _first_turn_seq(self, snap: Snapshot, conv: bytes, turn: int) -> int | None:
         """The first seq of the first turn whose position is ``>= turn``."""

@@ -155,7 +155,7 @@ class Projector:
         tx = self.store.tx()
         live = dict(self._live)
         step_txs: dict[str, ProjectionTx] = {}
-        stats = keys.Stats(**{f: getattr(self._stats, f) for f in keys.Stats.__slots__})
+        stats = self._stats.copy()
         applied = list(self._applied)
         decided: list[tuple[tuple[int, int], Decision]] = []
         for r in records:
@@ -326,8 +326,7 @@ class Projector:
 
     def stats(self) -> keys.Stats:
         with self._cond:
-            s = self._stats
-            return keys.Stats(s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt)
+            return self._stats.copy()
 
     def wait_applied(self, position: LogPosition, timeout: float | None) -> bool:
         """Wait until ``position`` has been applied. False on timeout; raises if the projector failed."""

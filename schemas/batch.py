@@ -27,6 +27,7 @@ from schemas.positions import HistoryPosition, LogPosition
 __all__ = [
     "Batch",
     "HistoryLoad",
+    "HistoryTurn",
     "Measure",
     "Receipt",
     "StoredMessage",
@@ -332,13 +333,36 @@ class Receipt:
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
     """A message as stored: stable ``id`` (unique in its conversation), ``position``, the
-    ``append_id`` of its batch and ``created_at`` (the event's time)."""
+    ``append_id`` of its batch and ``created_at`` (the event's time).
+
+    ``superseded_by`` and ``reason`` are set only on hidden messages (listed by
+    ``entries(..., include_hidden=True)``): the id of the turn that replaced theirs, and
+    ``"edit"`` or ``"retry"``."""
 
     id: str
     message: Message
     position: HistoryPosition
     append_id: AppendID
     created_at: datetime
+    superseded_by: str | None = None
+    reason: str | None = None
+
+    @property
+    def hidden(self) -> bool:
+        return self.superseded_by is not None
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryTurn:
+    """A visible user-led turn: ``id`` (the id of its user message, stable), ``position`` (its
+    ``HistoryPosition.turn``: compare, never count), the ids of its user message and of its
+    last assistant message (None until there is one), and its messages in stored order."""
+
+    id: str
+    position: int
+    request_message_id: str
+    assistant_message_id: str | None
+    messages: list[StoredMessage]
 
 
 _Row = TypeVar("_Row", "StoredMessage", "TurnSource")

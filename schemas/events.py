@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "BATCH_APPENDED_FINGERPRINT",
+    "BATCH_APPENDED_V1_FINGERPRINT",
     "CONVERSATION_CLEARED_FINGERPRINT",
     "HEADER_SIZE",
     "MAGIC",
@@ -51,6 +52,8 @@ __all__ = [
     "BatchAppended",
     "ConversationCleared",
     "Event",
+    "TURN_REPLACED_FINGERPRINT",
+    "TurnReplaced",
     "current_schema",
     "decode_event",
     "encode_event",
@@ -90,12 +93,15 @@ class BatchAppended:
     message_count: int
     content_bytes: int
     created_at_ms: int
+    expected_last: str | None = None
+    """Precondition (version 2): ``None`` none; ``""`` no accepted append yet; else the append id
+    of the conversation's last accepted append."""
 
     @classmethod
-    def of(cls, batch: Batch, created_at_ms: int) -> BatchAppended:
+    def of(cls, batch: Batch, created_at_ms: int, expected_last: str | None = None) -> BatchAppended:
         """The event that appends ``batch`` (the one place a Batch becomes an event)."""
         return cls(batch.conversation_id, batch.append_id, batch.digest, batch.canonical_json(), len(batch),
-                   batch.content_bytes(), created_at_ms)
+                   batch.content_bytes(), created_at_ms, expected_last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +117,31 @@ class ConversationCleared:
     created_at_ms: int
 
 
-Event = BatchAppended | ConversationCleared
+@dataclass(frozen=True, slots=True)
+class TurnReplaced:
+    """Edit or retry (``schemas/turn_replaced.avsc``): hides the latest visible turn
+    ``old_turn_id`` and appends the replacement turn, atomically. Keyed like a batch."""
+
+    AVRO_NAME: ClassVar[str] = f"{NAMESPACE}.TurnReplaced"
+
+    conversation_id: str
+    append_id: str
+    digest: str
+    messages: bytes
+    message_count: int
+    content_bytes: int
+    created_at_ms: int
+    old_turn_id: str
+    reason: str
+
+    @classmethod
+    def of(cls, batch: Batch, created_at_ms: int, old_turn_id: str, reason: str) -> TurnReplaced:
+        """The event that replaces turn ``old_turn_id`` with ``batch``."""
+        return cls(batch.conversation_id, batch.append_id, batch.digest, batch.canonical_json(), len(batch),
+                   batch.content_bytes(), created_at_ms, old_turn_id, reason)
+
+
+Event = BatchAppended | ConversationCleared | TurnReplaced
 
 # --------------------------------------------------------------------------- schemas
 
@@ -120,7 +150,10 @@ _SCHEMA_DIR: Final = Path(__file__).resolve().parent
 _CURRENT_FILES: Final[dict[str, str]] = {
     BatchAppended.AVRO_NAME: "batch_appended.avsc",
     ConversationCleared.AVRO_NAME: "conversation_cleared.avsc",
+    TurnReplaced.AVRO_NAME: "turn_replaced.avsc",
 }
+_HISTORIC_FILES: Final = ("batch_appended.v1.avsc",)
+"""Older writer schemas that logs may hold: registered at import, so old logs still replay."""
 
 
 def schema_fingerprint(schema: Any) -> bytes:
@@ -154,9 +187,14 @@ def _build_cleared(rec: dict[str, Any]) -> Event:
     return ConversationCleared(**rec)
 
 
+def _build_replaced(rec: dict[str, Any]) -> Event:
+    return TurnReplaced(**rec)
+
+
 _BUILDERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
     BatchAppended.AVRO_NAME: _build_batch,
     ConversationCleared.AVRO_NAME: _build_cleared,
+    TurnReplaced.AVRO_NAME: _build_replaced,
 }
 
 
@@ -183,6 +221,9 @@ BATCH_APPENDED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[BatchAppended.A
 CONVERSATION_CLEARED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[ConversationCleared.AVRO_NAME]
 """Fingerprint bytes of the current ``ConversationCleared`` schema (frame bytes 2..9)."""
 
+TURN_REPLACED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[TurnReplaced.AVRO_NAME]
+"""Fingerprint bytes of the current ``TurnReplaced`` schema (frame bytes 2..9)."""
+
 _WRITERS: dict[bytes, _Writer] = {
     fp: _Writer(fp, name, _CURRENT[name], None, _BUILDERS[name]) for name, fp in _CURRENT_FINGERPRINTS.items()
 }
@@ -190,8 +231,10 @@ _WRITERS: dict[bytes, _Writer] = {
 # Frame prefixes of the current schemas, computed once.
 _PREFIX_BATCH: Final = MAGIC + BATCH_APPENDED_FINGERPRINT
 _PREFIX_CLEARED: Final = MAGIC + CONVERSATION_CLEARED_FINGERPRINT
+_PREFIX_REPLACED: Final = MAGIC + TURN_REPLACED_FINGERPRINT
 _SCHEMA_BATCH: Final = _CURRENT[BatchAppended.AVRO_NAME]
 _SCHEMA_CLEARED: Final = _CURRENT[ConversationCleared.AVRO_NAME]
+_SCHEMA_REPLACED: Final = _CURRENT[TurnReplaced.AVRO_NAME]
 
 
 def _full_name(name: str) -> str:
@@ -246,6 +289,18 @@ def register_writer_schema(schema: Mapping[str, Any]) -> bytes:
     return fp
 
 
+def _register_historic() -> dict[str, bytes]:
+    prints = {}
+    for filename in _HISTORIC_FILES:
+        schema = json.loads((_SCHEMA_DIR / filename).read_text(encoding="utf-8"))
+        prints[filename] = register_writer_schema(schema)
+    return prints
+
+
+BATCH_APPENDED_V1_FINGERPRINT: Final[bytes] = _register_historic()["batch_appended.v1.avsc"]
+"""Fingerprint bytes of ``BatchAppended`` version 1 (``schemas/batch_appended.v1.avsc``): still
+decoded (``expected_last`` reads as ``None``), never written."""
+
 # --------------------------------------------------------------------------- codec
 
 
@@ -269,8 +324,8 @@ def encode_event(event: Event) -> bytes:
     encodable as UTF-8; nothing partial is ever returned.
     """
     cls = type(event)
-    if cls is BatchAppended:
-        assert isinstance(event, BatchAppended)  # Invariant: narrowed by the exact type check above.
+    if cls is BatchAppended or cls is TurnReplaced:
+        assert isinstance(event, BatchAppended | TurnReplaced)  # Invariant: narrowed by the type check above.
         _check_str(event.conversation_id, "conversation_id")
         _check_str(event.append_id, "append_id")
         _check_str(event.digest, "digest")
@@ -288,7 +343,17 @@ def encode_event(event: Event) -> bytes:
             "content_bytes": event.content_bytes,
             "created_at_ms": event.created_at_ms,
         }
-        prefix, schema = _PREFIX_BATCH, _SCHEMA_BATCH
+        if isinstance(event, BatchAppended):
+            if event.expected_last is not None:
+                _check_str(event.expected_last, "expected_last")
+            record["expected_last"] = event.expected_last
+            prefix, schema = _PREFIX_BATCH, _SCHEMA_BATCH
+        else:
+            _check_str(event.old_turn_id, "old_turn_id")
+            _check_str(event.reason, "reason")
+            record["old_turn_id"] = event.old_turn_id
+            record["reason"] = event.reason
+            prefix, schema = _PREFIX_REPLACED, _SCHEMA_REPLACED
     elif cls is ConversationCleared:
         assert isinstance(event, ConversationCleared)  # Invariant: narrowed by the exact type check above.
         _check_str(event.conversation_id, "conversation_id")

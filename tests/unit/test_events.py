@@ -22,12 +22,15 @@ from hypothesis import strategies as st
 from schemas.errors import CorruptLog
 from schemas.events import (
     BATCH_APPENDED_FINGERPRINT,
+    BATCH_APPENDED_V1_FINGERPRINT,
     CONVERSATION_CLEARED_FINGERPRINT,
     HEADER_SIZE,
     MAGIC,
+    TURN_REPLACED_FINGERPRINT,
     BatchAppended,
     ConversationCleared,
     Event,
+    TurnReplaced,
     current_schema,
     decode_event,
     encode_event,
@@ -42,9 +45,11 @@ DOCS = ROOT / "docs" / "events.md"
 
 # Pinned: the fingerprints of the current schemas, as the frame carries them.
 PINNED = {
-    "BatchAppended": "c22957e66f4f2191",
+    "BatchAppended": "a4d2fd8b7ee6e3e4",
     "ConversationCleared": "c27975b3260a301e",
+    "TurnReplaced": "939f9a0f0b64df68",
 }
+PINNED_V1_BATCH = "c22957e66f4f2191"  # BatchAppended version 1: still decoded
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -58,9 +63,22 @@ batch_events = st.builds(
     message_count=INT32,
     content_bytes=INT64,
     created_at_ms=INT64,
+    expected_last=st.none() | st.text(),
 )
 clear_events = st.builds(ConversationCleared, conversation_id=st.text(), created_at_ms=INT64)
-events = st.one_of(batch_events, clear_events)
+replaced_events = st.builds(
+    TurnReplaced,
+    conversation_id=st.text(),
+    append_id=st.text(),
+    digest=st.text(),
+    messages=st.binary(),
+    message_count=INT32,
+    content_bytes=INT64,
+    created_at_ms=INT64,
+    old_turn_id=st.text(),
+    reason=st.text(),
+)
+events = st.one_of(batch_events, clear_events, replaced_events)
 
 
 def sample_batch() -> BatchAppended:
@@ -84,7 +102,8 @@ def parse_hex_dump(text: str) -> bytes:
 def load_golden(name: str) -> tuple[Event, bytes]:
     spec = json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8"))
     fields: dict[str, Any] = dict(spec["fields"])
-    cls = {"BatchAppended": BatchAppended, "ConversationCleared": ConversationCleared}[spec["type"]]
+    cls = {"BatchAppended": BatchAppended, "ConversationCleared": ConversationCleared,
+           "TurnReplaced": TurnReplaced}[spec["type"]]
     if "messages" in fields:
         fields["messages"] = fields["messages"].encode("utf-8")
     event: Event = cls(**fields)
@@ -175,7 +194,7 @@ def test_encoding_a_non_event_is_a_type_error() -> None:
 # --------------------------------------------------------------------------- the format, pinned
 
 
-@pytest.mark.parametrize("name", ["batch_appended", "conversation_cleared"])
+@pytest.mark.parametrize("name", ["batch_appended", "conversation_cleared", "turn_replaced"])
 def test_golden_event_encodes_to_the_golden_bytes(name: str) -> None:
     event, golden = load_golden(name)
     assert encode_event(event) == golden, (
@@ -183,10 +202,19 @@ def test_golden_event_encodes_to_the_golden_bytes(name: str) -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["batch_appended", "conversation_cleared"])
+@pytest.mark.parametrize("name", ["batch_appended", "conversation_cleared", "turn_replaced", "batch_appended_v1"])
 def test_golden_bytes_decode_to_the_golden_event(name: str) -> None:
     event, golden = load_golden(name)
     assert decode_event(golden) == event
+
+
+def test_an_old_version_1_batch_still_decodes_without_a_precondition() -> None:
+    _, golden = load_golden("batch_appended_v1")
+    assert golden[2:HEADER_SIZE] == BATCH_APPENDED_V1_FINGERPRINT
+    assert BATCH_APPENDED_V1_FINGERPRINT.hex() == PINNED_V1_BATCH
+    decoded = decode_event(golden)
+    assert isinstance(decoded, BatchAppended) and decoded.expected_last is None
+    assert encode_event(decoded)[2:HEADER_SIZE] == BATCH_APPENDED_FINGERPRINT  # rewritten, it is version 2
 
 
 def test_golden_batch_digest_is_the_sha256_of_its_messages() -> None:
@@ -206,6 +234,7 @@ def test_fingerprints_are_pinned(name: str) -> None:
 def test_fingerprint_constants_match() -> None:
     assert fingerprint_of(BatchAppended) == BATCH_APPENDED_FINGERPRINT
     assert fingerprint_of(ConversationCleared) == CONVERSATION_CLEARED_FINGERPRINT
+    assert fingerprint_of(TurnReplaced) == TURN_REPLACED_FINGERPRINT
 
 
 def test_fingerprints_are_crc64_avro_of_the_parsing_canonical_form() -> None:
@@ -221,7 +250,7 @@ def test_fingerprints_are_crc64_avro_of_the_parsing_canonical_form() -> None:
 def test_docs_show_the_golden_hex_dumps_and_fingerprints() -> None:
     text = DOCS.read_text(encoding="utf-8")
     blocks = {parse_hex_dump(b) for b in re.findall(r"```hexdump\n(.*?)```", text, flags=re.S)}
-    for name in ("batch_appended", "conversation_cleared"):
+    for name in ("batch_appended", "conversation_cleared", "turn_replaced"):
         assert load_golden(name)[1] in blocks, f"docs/events.md lacks the {name} worked example"
     for hexprint in PINNED.values():
         assert hexprint in text
@@ -388,4 +417,4 @@ def test_registering_the_current_schema_is_a_no_op() -> None:
 
 def test_unknown_event_name_has_no_fingerprint() -> None:
     with pytest.raises(KeyError):
-        fingerprint_of("TurnReplaced")
+        fingerprint_of("MessageEdited")

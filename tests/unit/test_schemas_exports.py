@@ -31,6 +31,7 @@ API_NAMES = {
     "Receipt",
     "StoredMessage",
     "HistoryLoad",
+    "HistoryTurn",
     "TurnSource",
     "Measure",
     # chat
