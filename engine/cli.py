@@ -8,7 +8,8 @@ and formats the result. Errors are translated to exit codes in one place (``exit
 0     ok
 1     anything else (a damaged log, an unexpected error): one line saying what to do
 2     bad input: one clear line on stderr (``histlog: error: ...``), never a traceback
-3     conflict or closed (``AppendConflict``, ``ConversationClosed``)
+3     conflict or closed (``AppendConflict``, ``ConversationClosed``, ``PreconditionFailed``,
+      ``TurnNotReplaceable``)
 4     backend unavailable (``LogUnavailable``, ``CommitUnconfirmed``, a locked data dir)
 ====  ============================================================================
 
@@ -51,6 +52,8 @@ from schemas.errors import (
     InvalidWindow,
     LogUnavailable,
     NotFound,
+    PreconditionFailed,
+    TurnNotReplaceable,
     WindowTooSmall,
 )
 from schemas.ids import ConversationID
@@ -60,7 +63,7 @@ from schemas.positions import HistoryPosition
 if TYPE_CHECKING:  # pragma: no cover
     from engine.facade import HistoryEngine
     from engine.log.base import Record
-    from schemas.batch import StoredMessage, TurnSource
+    from schemas.batch import HistoryTurn, StoredMessage, TurnSource
 
 __all__ = [
     "DEFAULT_DATA", "DEFAULT_TOPIC", "ProgressBar", "Target", "build_parser", "entry_json", "exit_code",
@@ -94,7 +97,7 @@ def exit_code(exc: BaseException) -> int:
     """The exit code for an error (see the module docstring)."""
     if isinstance(exc, _BAD_INPUT):
         return BAD_INPUT
-    if isinstance(exc, AppendConflict | ConversationClosed):
+    if isinstance(exc, AppendConflict | ConversationClosed | PreconditionFailed | TurnNotReplaceable):
         return CONFLICT
     if isinstance(exc, LogUnavailable | CommitUnconfirmed):
         return UNAVAILABLE
@@ -275,7 +278,8 @@ def render_message(message: Message, *, width: int | None = None) -> str:
 
 
 def _entry_line(entry: StoredMessage) -> str:
-    return f"[{entry.position}] {render_message(entry.message)}"
+    hidden = f" (hidden: {entry.reason} by turn {entry.superseded_by})" if entry.superseded_by is not None else ""
+    return f"[{entry.position}] {render_message(entry.message)}{hidden}"
 
 
 def _created(entry: StoredMessage) -> str:
@@ -295,7 +299,9 @@ def entry_json(entry: StoredMessage) -> str:
         f'"created_at":{json.dumps(_created(entry))},'
         f'"id":{json.dumps(str(entry.id), ensure_ascii=False)},'
         f'"message":{entry.message.model_dump_json()},'
-        f'"position":{json.dumps(str(entry.position))}' + "}"
+        f'"position":{json.dumps(str(entry.position))}'
+        + (f',"reason":{json.dumps(entry.reason)},"superseded_by":{json.dumps(entry.superseded_by, ensure_ascii=False)}'
+           if entry.superseded_by is not None else "") + "}"
     )
 
 
@@ -401,6 +407,9 @@ def cmd_read(ns: argparse.Namespace, target: Target, out: Out) -> int:
     after = _parse_after(ns.after)
     if ns.unit is not None and ns.max_bytes is None:
         raise UsageError("--unit goes with --max-bytes")
+    if ns.include_hidden and (ns.window is not None or ns.max_bytes is not None or ns.measure):
+        raise UsageError("--include-hidden lists the whole history; it does not go with --window, --max-bytes "
+                         "or --measure (those read the visible history)")
     if ns.window is not None:
         if after is not None:
             raise UsageError("--after cannot be combined with --window (a window is the newest whole turns)")
@@ -420,7 +429,7 @@ def cmd_read(ns: argparse.Namespace, target: Target, out: Out) -> int:
     if ns.max_bytes is not None:
         return _read_budget(target, conversation, ns.max_bytes, after, unit, ns.json, out)
     with target.open() as engine:
-        entries = engine.entries(conversation, after=after)
+        entries = engine.entries(conversation, after=after, include_hidden=ns.include_hidden)
     if ns.json:
         _print(out, _json_array(entry_json(e) for e in entries))
     else:
@@ -503,6 +512,42 @@ def _read_measure(target: Target, conversation: ConversationID, after: HistoryPo
                                sort_keys=True))
     else:
         _print(out, f"messages={m.messages} content_bytes={m.content_bytes} turns={m.turns}")
+    return OK
+
+
+def cmd_turns(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    conversation = ConversationID(ns.conversation)
+    with target.open() as engine:
+        entries = engine.entries(conversation)
+        latest = engine.latest_turn(conversation)
+        turns: list[HistoryTurn] = []
+        for entry in entries:
+            if entry.position.turn > 0 and (not turns or turns[-1].position != entry.position.turn):
+                turns.append(engine.turn(conversation, entry.id))
+    if ns.json:
+        _print(out, json.dumps([{"id": t.id, "position": t.position, "request_message_id": t.request_message_id,
+                                 "assistant_message_id": t.assistant_message_id, "messages": len(t.messages)}
+                                for t in turns], ensure_ascii=False))
+        return OK
+    for t in turns:
+        mark = "  (latest: replace-turn may replace it)" if latest is not None and t.id == latest.id else ""
+        _print(out, f"[{t.position}] {t.id}: {len(t.messages)} messages, answer {t.assistant_message_id or '-'}{mark}")
+    return OK
+
+
+def cmd_replace_turn(ns: argparse.Namespace, target: Target, out: Out) -> int:
+    from schemas.batch import Batch
+
+    if ns.file is not None:
+        if ns.answer is not None:
+            raise UsageError("--answer goes with --text; a --file holds the whole new turn")
+        messages = _load_messages(ns.file)
+    else:
+        messages = [Message.user(ns.text)] + ([Message.assistant(ns.answer)] if ns.answer is not None else [])
+    batch = Batch(ns.conversation, ns.append_id, messages)  # validates before any I/O
+    with target.open() as engine:
+        receipt = engine.replace_turn(batch, ns.old_turn_id, ns.reason)
+    _print(out, _receipt_json(receipt))
     return OK
 
 
@@ -844,7 +889,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unit", choices=("turn", "message"), help="with --max-bytes: keep whole turns (default) "
                    "or single messages")
     p.add_argument("--after", metavar="TURN:SEQ", help="only messages after this position (exclusive)")
+    p.add_argument("--include-hidden", action="store_true",
+                   help="also the messages of replaced turns, marked hidden (not with --window/--max-bytes/--measure)")
     p.add_argument("--json", action="store_true", help="JSON output")
+
+    p = command("turns", cmd_turns, "list a conversation's visible turns",
+                "List the visible user-led turns of a conversation: [POSITION] TURN_ID, its message count "
+                "and the id of its answer; the latest one is marked (only it can be replaced). --json "
+                "prints an array of {id, position, request_message_id, assistant_message_id, messages}.")
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("--json", action="store_true", help="JSON output")
+
+    p = command("replace-turn", cmd_replace_turn, "edit or retry the latest turn; print the receipt",
+                "Replace the latest visible turn OLD_TURN_ID (see `histlog turns`) by a new turn, as one "
+                "atomic event: --reason retry keeps the user message (same text) with a new answer, "
+                "--reason edit changes the user message. The old turn is hidden from every read but kept "
+                "in the log (`histlog read --include-hidden`). Exits 3 if OLD_TURN_ID is no longer the "
+                "latest visible turn.")
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("old_turn_id", metavar="OLD_TURN_ID")
+    p.add_argument("append_id", metavar="APPEND_ID")
+    p.add_argument("--reason", choices=("edit", "retry"), required=True, help="edit or retry")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--text", metavar="TEXT", help="the new turn's user message")
+    what.add_argument("--file", metavar="TURN.json", help='the whole new turn: a JSON list of messages, '
+                      'or {"messages": [...]}, starting with the user message')
+    p.add_argument("--answer", metavar="TEXT", help="with --text: the new turn's assistant answer")
 
     p = command("list", cmd_list, "list open conversations in lexical order")
     p.add_argument("--json", action="store_true", help="a JSON array of ids")

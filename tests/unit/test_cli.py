@@ -478,3 +478,25 @@ def test_bench_runs_a_quick_benchmark_and_writes_json(capsys: Capsys, tmp_path: 
 
 def test_bench_rejects_an_unknown_benchmark(capsys: Capsys) -> None:
     assert run(capsys, "bench", "--only", "nope")[0] == 2
+
+
+def test_turns_replace_turn_and_include_hidden(capsys: Capsys, data: str) -> None:
+    run(capsys, "--data", data, "append", "c", "u1", "--text", "hi")
+    code, out, _ = run(capsys, "--data", data, "turns", "c", "--json")
+    assert code == 0 and json.loads(out) == [
+        {"id": "u1/0", "position": 1, "request_message_id": "u1/0", "assistant_message_id": None, "messages": 1}]
+    code, out, _ = run(capsys, "--data", data, "replace-turn", "c", "u1/0", "r1", "--reason", "edit",
+                       "--text", "hello", "--answer", "hi there")
+    receipt = json.loads(out)
+    assert code == 0 and receipt["append_id"] == "r1"
+    again = run(capsys, "--data", data, "replace-turn", "c", "u1/0", "r1", "--reason", "edit",
+                "--text", "hello", "--answer", "hi there")
+    assert again[0] == 0 and json.loads(again[1]) == receipt  # idempotent by append id
+    code, _, err = run(capsys, "--data", data, "replace-turn", "c", "u1/0", "r2", "--reason", "edit", "--text", "x")
+    assert code == 3 and "not the latest visible turn" in one_error_line(err)
+    visible = run(capsys, "--data", data, "read", "c")[1].splitlines()
+    assert visible == ["[2:2] user: hello", "[2:3] assistant: hi there"]
+    hidden = run(capsys, "--data", data, "read", "c", "--include-hidden")[1].splitlines()
+    assert hidden[0] == "[1:1] user: hi (hidden: edit by turn r1/0)" and len(hidden) == 3
+    code, _, err = run(capsys, "--data", data, "read", "c", "--include-hidden", "--window", "3")
+    assert code == 2 and "--include-hidden" in one_error_line(err)
