@@ -6,17 +6,20 @@ Subclass ``Projection``, give it a stable ``name`` and an ``apply(event, tx)``::
         name = "message-count"
 
         def apply(self, event: ProjectedEvent, tx: ProjectionTx) -> None:
-            if isinstance(event, BatchEvent):
-                key = event.conversation_id.encode()
-                n = int(tx.get(key) or b"0") + len(event.messages)
-                tx.put(key, str(n).encode())
-            else:  # ClearEvent
-                tx.delete(event.conversation_id.encode())
+            key = event.conversation_id.encode()
+            if isinstance(event, ClearEvent):
+                tx.delete(key)
+                return
+            n = int(tx.get(key) or b"0") + len(event.messages)
+            if isinstance(event, TurnReplacedEvent):  # an edit or retry hid a turn
+                n -= len(event.hidden_seqs)
+            tx.put(key, str(n).encode())
 
 Promises (API.md "projections — custom projections"):
 
-* ``apply`` sees only accepted events (``BatchEvent``, ``ClearEvent``), each once, in log
-  order per partition; duplicates, conflicts, rejected appends and poison are never delivered.
+* ``apply`` sees only accepted events (``BatchEvent``, ``ClearEvent``, ``TurnReplacedEvent``),
+  each once, in log order per partition; duplicates, conflicts, rejected appends, refused
+  preconditions and replacements, and poison are never delivered.
 * ``tx`` writes go into the projection's own keyspace, in the **same RocksDB WriteBatch** as the
   projection's checkpoint (and, once it is live, as admission's), so a crash can never leave
   the projection ahead of or behind its checkpoint.
