@@ -1,4 +1,5 @@
-"""A writer that appends forever from several threads and prints every receipt it gets.
+"""A writer that appends forever from several threads and prints every receipt it gets; one more
+thread keeps regenerating the answer of conversation ``turns`` (``replace_turn``, reason retry).
 
 Usage: python -m tests.reliability.crash_writer DATA_DIR ROUND. The parent kills it with
 SIGKILL at a random moment; every receipt printed must survive.
@@ -10,9 +11,10 @@ import sys
 import threading
 
 from engine import HistoryEngine
-from schemas import Batch, Message
+from schemas import Batch, Message, Receipt
 
 THREADS = 4
+TURNS = "turns"
 
 
 def batch(round_: str, t: int, i: int) -> Batch:
@@ -33,12 +35,26 @@ def main() -> None:
                 r = engine.append(b)
                 if i % 5 == 4:  # an idempotent retry of an earlier batch
                     engine.append(batch(round_, t, i - 2))
-                with lock:
-                    sys.stdout.write(r.to_json().decode() + "\n")
-                    sys.stdout.flush()
+                print_receipt(r)
+                i += 1
+
+        def print_receipt(r: Receipt) -> None:
+            with lock:
+                sys.stdout.write(r.to_json().decode() + "\n")
+                sys.stdout.flush()
+
+        def retries() -> None:
+            i = 0
+            while True:
+                aid = f"{round_}-r-{i}"
+                b = Batch(TURNS, aid, [Message.user("q"), Message.assistant(f"a {aid}")])
+                latest = engine.latest_turn(TURNS)
+                r = engine.append(b) if latest is None else engine.replace_turn(b, latest.id, "retry")
+                print_receipt(r)
                 i += 1
 
         threads = [threading.Thread(target=loop, args=(t,), daemon=True) for t in range(THREADS)]
+        threads.append(threading.Thread(target=retries, daemon=True))
         for th in threads:
             th.start()
         for th in threads:

@@ -1,8 +1,10 @@
 """Crash safety: kill -9 a writer at random moments; every printed receipt must survive, nothing
-duplicated, no batch torn, and the state must equal a rebuild from the log."""
+duplicated, no batch torn, no turn replacement half-applied, and the state must equal a rebuild
+from the log."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import shutil
@@ -14,6 +16,7 @@ from pathlib import Path
 from engine import HistoryEngine
 from schemas import Receipt
 from tests.conformance.facade_contract import snapshot
+from tests.reliability.crash_writer import TURNS
 
 ROUNDS = int(os.environ.get("HISTLOG_CRASH_ROUNDS", "20"))
 REPO = Path(__file__).resolve().parents[2]
@@ -42,9 +45,27 @@ def run_and_kill(data: Path, round_: int, rng: random.Random) -> list[Receipt]:
     return [Receipt.from_json(ln) for ln in complete]
 
 
+def check_turns(engine: HistoryEngine) -> set[str]:
+    """Conversation ``turns``: one visible turn, every replaced one hidden whole, each superseded
+    by the next turn in order. Returns the append ids it holds."""
+    visible = engine.entries(TURNS)
+    assert [e.message.text() for e in visible][:1] == ["q"] and len(visible) == 2
+    assert visible[1].message.text() == f"a {visible[0].append_id}"
+    everything = engine.entries(TURNS, include_hidden=True)
+    assert everything[-2:] == visible
+    turns = [everything[i:i + 2] for i in range(0, len(everything), 2)]
+    for older, newer in itertools.pairwise(turns):
+        assert [e.superseded_by for e in older] == [newer[0].id] * 2, "a torn or unlinked replacement"
+        assert {e.append_id for e in older} == {older[0].append_id} and older[0].reason == "retry"
+    return {f"{TURNS}/{t[0].append_id}" for t in turns}
+
+
 def check_history(engine: HistoryEngine, receipts: list[Receipt]) -> None:
     seen_ids: set[str] = set()
     for conv in engine.conversations():
+        if conv == TURNS:
+            seen_ids |= check_turns(engine)
+            continue
         entries = engine.entries(conv)
         texts = [e.message.text() for e in entries]
         # No batch torn: messages alternate q/a of the same append id.
@@ -70,10 +91,10 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(tmp_path: Path) -
                 assert engine.read(r.conversation_id, at_least=r)
     assert len(receipts) >= ROUNDS
     with HistoryEngine.open(data) as engine:
-        before = snapshot(engine)
+        before = snapshot(engine), engine.entries(TURNS, include_hidden=True)
         stats = engine.stats()
     shutil.rmtree(data / "state")
     with HistoryEngine.open(data) as engine:
-        assert snapshot(engine) == before
+        assert (snapshot(engine), engine.entries(TURNS, include_hidden=True)) == before
         rebuilt = engine.stats()
         assert (rebuilt.accepted, rebuilt.duplicates) == (stats.accepted, stats.duplicates)
