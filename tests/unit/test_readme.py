@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from engine import HistoryEngine
 from schemas import Batch, Message, ToolCallPart
 
@@ -33,3 +35,10 @@ def test_custom_projection_example_runs(tmp_path: Path) -> None:
         scope = {"engine": engine}
         exec(compile(code, "README custom projection", "exec"), scope)
         assert engine.view("tool-usage").get(b"lookup_order") == b"1"
+
+
+def test_turns_example_runs_and_prints_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
+    code = python_block("## Edit, retry, and one writer at a time")
+    exec(compile(code, "README turns", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == [
+        "someone else wrote since; read again", "['Hi', 'Hey there!']", "4"]
