@@ -602,7 +602,7 @@ def cmd_stats(ns: argparse.Namespace, target: Target, out: Out) -> int:
 
 
 def _record_line(record: Record) -> str:
-    from schemas.events import BatchAppended, decode_event
+    from schemas.events import BatchAppended, TurnReplaced, decode_event
 
     when = datetime.fromtimestamp(record.timestamp_ms / 1000, UTC).isoformat(timespec="milliseconds")
     head = f"{record.partition}:{record.offset}  {when.replace('+00:00', 'Z')}"
@@ -610,10 +610,16 @@ def _record_line(record: Record) -> str:
         event = decode_event(record.value)
     except HistoryError as exc:
         return f"{head}  poison  {_one_line(str(exc))}"
-    if isinstance(event, BatchAppended):
+    if isinstance(event, BatchAppended | TurnReplaced):
         n = event.message_count
-        return (f"{head}  append  {event.conversation_id}  {event.append_id}  "
-                f"{n} message{'s' if n != 1 else ''}  {event.digest[:19]}…")
+        what = "append" if isinstance(event, BatchAppended) else "replace"
+        extra = ""
+        if isinstance(event, TurnReplaced):
+            extra = f"  ({event.reason} of turn {event.old_turn_id})"
+        elif event.expected_last is not None:
+            extra = f"  (if last is {event.expected_last or 'none'})"
+        return (f"{head}  {what}  {event.conversation_id}  {event.append_id}  "
+                f"{n} message{'s' if n != 1 else ''}  {event.digest[:19]}…{extra}")
     return f"{head}  clear   {event.conversation_id}"
 
 
@@ -651,7 +657,7 @@ def follow(engine: HistoryEngine, out: Out, *, stop: threading.Event | None = No
     appends add nothing). The facade has no subscription or receipt lookup yet, so this
     re-reads the conversation's entries for each accepted batch.
     """
-    from schemas.events import BatchAppended, decode_event
+    from schemas.events import ConversationCleared, TurnReplaced, decode_event
 
     stop = stop if stop is not None else threading.Event()
     cursor = engine.log.cursor(dict(enumerate(engine.log.end_offsets())))
@@ -676,10 +682,13 @@ def follow(engine: HistoryEngine, out: Out, *, stop: threading.Event | None = No
                     where = f"{record.partition}:{record.offset}"
                     _print(out, f"poison record at {where} skipped: {_one_line(str(exc))}")
                     continue
-                if not isinstance(event, BatchAppended):
+                if isinstance(event, ConversationCleared):
                     _print(out, f"{event.conversation_id}  cleared")
                     continue
-                for entry in engine.entries(event.conversation_id):
+                entries = engine.entries(event.conversation_id)
+                if isinstance(event, TurnReplaced) and any(e.append_id == event.append_id for e in entries):
+                    _print(out, f"{event.conversation_id}  turn {event.old_turn_id} replaced ({event.reason}):")
+                for entry in entries:
                     created_ms = round(entry.created_at.timestamp() * 1000) if isinstance(
                         entry.created_at, datetime) else None
                     if entry.append_id == event.append_id and created_ms in (None, event.created_at_ms):
