@@ -8,7 +8,8 @@ import pytest
 
 API_NAMES = {
     "engine": {"HistoryEngine", "WindowReader", "EngineStats", "HistoryError", "AppendConflict",
-               "ConversationClosed", "CommitUnconfirmed", "LogUnavailable", "CorruptLog", "Batch", "Receipt"},
+               "ConversationClosed", "CommitUnconfirmed", "LogUnavailable", "CorruptLog", "Batch", "Receipt",
+               "HistoryMiddleware", "MiddlewareConfig", "CommitError", "uuid7"},
     "projections": {"Projection", "ProjectionTx", "ProjectionView", "BatchEvent", "ClearEvent"},
     "engine.log": {"Log", "LogCursor", "Record", "partition_for_key", "record_key"},
 }
