@@ -12,6 +12,8 @@ API_NAMES = {
                "HistoryMiddleware", "MiddlewareConfig", "CommitError", "uuid7"},
     "projections": {"Projection", "ProjectionTx", "ProjectionView", "BatchEvent", "ClearEvent"},
     "engine.log": {"Log", "LogCursor", "Record", "partition_for_key", "record_key"},
+    "engine.adapters": {"from_openai", "to_openai", "from_openai_response", "from_anthropic", "to_anthropic",
+                        "from_anthropic_response"},
 }
 
 
