@@ -121,7 +121,7 @@ class MiddlewareConfig:
 
     reader: Reader
     writer: Writer
-    conversation_id: ConversationID
+    conversation_id: str  # a ConversationID once constructed
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "conversation_id", ConversationID(self.conversation_id))
@@ -289,12 +289,13 @@ class HistoryMiddleware:
     middleware serves one conversation.
     """
 
-    __slots__ = ("_config",)
+    __slots__ = ("_config", "_conversation_id")
 
     def __init__(self, config: MiddlewareConfig) -> None:
         if not isinstance(config, MiddlewareConfig):
             raise TypeError(f"HistoryMiddleware takes a MiddlewareConfig, got {type(config).__name__}")
         self._config = config
+        self._conversation_id: ConversationID = ConversationID(config.conversation_id)
 
     @property
     def config(self) -> MiddlewareConfig:
@@ -302,13 +303,13 @@ class HistoryMiddleware:
 
     @property
     def conversation_id(self) -> ConversationID:
-        return self._config.conversation_id
+        return self._conversation_id
 
     def _turn(self, request: object, append_id: str | None) -> _Turn:
-        return _Turn(self._config.conversation_id, request, append_id)
+        return _Turn(self._conversation_id, request, append_id)
 
     def _read(self) -> list[Message]:
-        return self._config.reader.read(self._config.conversation_id)
+        return self._config.reader.read(self._conversation_id)
 
     # ----- sync
     def _persist(self, batch: Batch, response: ChatResponse) -> Receipt:
