@@ -41,7 +41,8 @@ finish reason) raises ``InvalidMessage`` and persists nothing.
 asyncio (``acall``/``astream``): the reader and the writer run in worker threads
 (``asyncio.to_thread``), never on the event loop. Cancellation: a cancellation that lands
 before the append starts (while reading, while the model runs, while streaming) persists
-nothing. An append that has started cannot be recalled (the log may already hold it): the
+nothing. An append that has started (the batch was handed to the writer's worker thread, the
+first await after the model returned) cannot be recalled, since the log may already hold it: the
 task then waits for that append to be decided and only then raises ``CancelledError``, with a
 note saying the batch may have been stored; no append is ever left running after the task
 ended. The flow's decisions (``_Turn``) are written once; the four drivers only do the I/O.
