@@ -2,7 +2,7 @@
 and measures against a baseline in the same run (ratios, never absolute pass/fail gates).
 
 ``python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`` or ``histlog bench`` runs them:
-schemas, codec, log, engine, and kafka (a real broker: ``HISTLOG_KAFKA`` or one started from the
+schemas, codec, log, engine, middleware, and kafka (a real broker: ``HISTLOG_KAFKA`` or one started from the
 Maven Central jars with ``scripts/kafka``).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = ["NAMES", "run_all"]
 
-NAMES = ("schemas", "codec", "log", "engine", "kafka")
+NAMES = ("schemas", "codec", "log", "engine", "middleware", "kafka")
 
 
 def run_all(argv: list[str] | None = None) -> int:

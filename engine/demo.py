@@ -2,9 +2,10 @@
 
 It walks through, on the embedded default (or on Kafka with ``--kafka``): appends and their
 receipts, an idempotent retry (the same receipt, nothing appended), a conflict (same append id, other content), a window
-that keeps only whole turns, a clear (the conversation is closed forever), the stats, and a
-rebuild of the state from the log that must give the same state. ``run_demo`` returns 0 only
-if every check held.
+that keeps only whole turns, a clear (the conversation is closed forever), a bot whose scripted
+model is wrapped by ``HistoryMiddleware`` (a tool round, a streamed reply, a persistence failure
+recovered through ``CommitError``), the stats, and a rebuild of the state from the log that must
+give the same state. ``run_demo`` returns 0 only if every check held.
 """
 
 from __future__ import annotations
@@ -12,15 +13,17 @@ from __future__ import annotations
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
 from engine.cli import ProgressBar, render_message
 from engine.facade import HistoryEngine
+from engine.middleware import HistoryMiddleware, MiddlewareConfig
 from schemas.batch import Batch, Receipt
-from schemas.errors import AppendConflict, ConversationClosed, HistoryError
-from schemas.messages import Message, ToolCallPart, ToolOutput, ToolResultPart
+from schemas.chat import ChatDelta, ChatRequest, ChatResponse, TextDelta, Usage
+from schemas.errors import AppendConflict, CommitError, ConversationClosed, HistoryError, LogUnavailable
+from schemas.messages import Message, Role, ToolCallPart, ToolOutput, ToolResultPart
 
 __all__ = ["run_demo", "script"]
 
@@ -60,6 +63,51 @@ def script(customer: str, other: str) -> list[Batch]:
             Message.assistant("Sure, I have deleted this conversation."),
         ]),
     ]
+
+
+class ScriptedModel:
+    """A deterministic stand-in for a chat model: answers by the newest message of the request,
+    and counts its calls (so the demo can show that a recovery does not call it again)."""
+
+    INSURANCE = ToolCallPart("call_03", "check_insurance", '{"order_id": "A1042"}')
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.context_sizes: list[int] = []
+
+    def _seen(self, request: ChatRequest) -> Message:
+        self.calls += 1
+        self.context_sizes.append(len(request.messages))
+        return request.messages[-1]
+
+    def __call__(self, request: ChatRequest) -> ChatResponse:
+        last = self._seen(request)
+        if last.role is Role.TOOL:
+            return ChatResponse(Message.assistant("Yes: A1042 is insured up to 500 EUR, DHL Premium cover."),
+                                "stop", Usage(310, 14))
+        if "insured" in last.text():
+            return ChatResponse(Message.assistant(self.INSURANCE), "tool_calls", Usage(290, 9))
+        return ChatResponse(Message.assistant("Your next order ships free: code THANKS10."), "stop", Usage(300, 11))
+
+    def stream(self, request: ChatRequest) -> Iterator[ChatDelta]:
+        self._seen(request)
+        for piece in ("You paid ", "49.90 EUR ", "by card ", "on 12 March."):
+            yield ChatDelta([TextDelta(piece)])
+        yield ChatDelta(finish_reason="stop", usage=Usage(330, 12))
+
+
+class FlakyWriter:
+    """Appends through the engine, but the first append fails as if the log were unreachable."""
+
+    def __init__(self, engine: HistoryEngine) -> None:
+        self.engine = engine
+        self.failures_left = 1
+
+    def append(self, batch: Batch) -> Receipt:
+        if self.failures_left:
+            self.failures_left -= 1
+            raise LogUnavailable("simulated outage: the log did not answer")
+        return self.engine.append(batch)
 
 
 class _Demo:
@@ -168,7 +216,10 @@ def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextI
         late = Batch(other, "turn-2", [Message.user("Hello again?")])
         d.expect_error(f"append to {other}", ConversationClosed, lambda: engine.append(late))
 
-        d.say("\n6. stats")
+        d.say("\n6. A bot wraps its (scripted) model with HistoryMiddleware")
+        _middleware_part(d, engine, f"support-4713{suffix}")
+
+        d.say("\n7. stats")
         s = engine.stats()
         d.say(f"  log end {s.end_offsets}, applied {s.applied_offsets}, lag {s.lag}")
         d.say(f"  accepted {s.accepted}, duplicates {s.duplicates}, conflicts {s.conflicts}, "
@@ -176,8 +227,8 @@ def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextI
         d.say("  (the retry, the conflict and the late append were answered from local state "
               "without touching the log, so they add no records)")
 
-        d.say("\n7. Rebuild: delete the state and replay the log")
-        before = _snapshot(engine, [customer, other])
+        d.say("\n8. Rebuild: delete the state and replay the log")
+        before = _snapshot(engine, [customer, other, f"support-4713{suffix}"])
         retry_before = engine.append(turn2)
     finally:
         engine.close()
@@ -192,7 +243,7 @@ def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextI
     with engine:
         elapsed = time.monotonic() - started
         records = sum(engine.stats().applied_offsets)
-        after = _snapshot(engine, [customer, other])
+        after = _snapshot(engine, [customer, other, f"support-4713{suffix}"])
         retry_after = engine.append(turn2)
         try:
             engine.append(late)
@@ -213,3 +264,55 @@ def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextI
         d.say(f"\ndemo: {len(d.failures)} check(s) failed: " + "; ".join(d.failures))
         return 1
     return 0
+
+
+def _middleware_part(d: _Demo, engine: HistoryEngine, conversation: str) -> None:
+    """A tool round (nothing stored until the turn completes), a streamed reply, and a failed
+    append recovered with ``engine.append(err.batch)`` without calling the model again."""
+    model = ScriptedModel()
+    bot = HistoryMiddleware(MiddlewareConfig(engine, engine, conversation))
+    system = Message.system(SYSTEM)
+
+    question = Message.user("Is my order A1042 insured?")
+    first = bot.call(model)(ChatRequest([system, question]))
+    d.say(f"  call 1 → the model asks for a tool: {render_message(first.message) if first.message else '-'}")
+    d.check(engine.read(conversation) == [], "a tool round stored messages")
+    d.say("  stored after the tool round: nothing (the turn is still open)")
+    call = ScriptedModel.INSURANCE
+    result = Message.tool(ToolResultPart(call.id, call.name, ToolOutput.text(
+        "insured=yes cover=DHL Premium limit=500 EUR", details={"insured": True, "limit_eur": 500})))
+    bot.call(model)(ChatRequest([system, question, Message.assistant(call), result]), append_id="insurance")
+    stored = engine.read(conversation)
+    d.check(len(stored) == 4, f"the completed tool turn stored {len(stored)} messages, expected 4")
+    d.say(f"  call 2 (with the tool result) → one batch of {len(stored)} messages: user, tool call, result, answer")
+    d.show(stored)
+
+    pieces: list[str] = []
+    for delta in bot.stream(model.stream)(ChatRequest([system, Message.user("How much did I pay?")])):
+        pieces.extend(p.text for p in delta.parts if isinstance(p, TextDelta))
+    d.say(f"  stream → {len(pieces)} text chunks passed through as they came: {''.join(pieces)!r}")
+    stored = engine.read(conversation)
+    d.check(len(stored) == 6 and model.context_sizes[-1] == 6,
+            f"the streamed turn: {len(stored)} stored (expected 6), the model saw {model.context_sizes[-1]} messages"
+            " (expected 6: system + 4 stored + the question)")
+    d.say(f"  the model saw system + {model.context_sizes[-1] - 2} stored messages + the question; "
+          "stored after the last chunk: now 6 messages")
+
+    flaky = HistoryMiddleware(MiddlewareConfig(engine, FlakyWriter(engine), conversation))
+    calls_before = model.calls
+    try:
+        flaky.call(model)(ChatRequest([system, Message.user("Anything else for me?")]), append_id="promo")
+        d.check(False, "the simulated outage did not raise CommitError")
+        return
+    except CommitError as err:
+        d.say(f"  append fails → CommitError (expected): cause {type(err.__cause__).__name__}: {err.__cause__}")
+        d.say(f"    err.batch: {str(err.batch.append_id)!r}, {len(err.batch)} messages; the model already answered: "
+              f"{err.response.text()!r}")
+        receipt = engine.append(err.batch)
+        again = engine.append(err.batch)
+        d.say(f"  engine.append(err.batch) → receipt: {d.receipt(receipt)}")
+        stored = engine.read(conversation)
+        d.check(again == receipt and len(stored) == 8 and model.calls == calls_before + 1,
+                "the CommitError recovery did not store exactly the batch once without a new model call")
+        d.say(f"  a second retry returns the same receipt ✓; {len(stored)} messages stored; "
+              f"model calls for this turn: {model.calls - calls_before} ✓")

@@ -8,9 +8,12 @@ import pytest
 
 API_NAMES = {
     "engine": {"HistoryEngine", "WindowReader", "EngineStats", "HistoryError", "AppendConflict",
-               "ConversationClosed", "CommitUnconfirmed", "LogUnavailable", "CorruptLog", "Batch", "Receipt"},
+               "ConversationClosed", "CommitUnconfirmed", "LogUnavailable", "CorruptLog", "Batch", "Receipt",
+               "HistoryMiddleware", "MiddlewareConfig", "CommitError", "uuid7"},
     "projections": {"Projection", "ProjectionTx", "ProjectionView", "BatchEvent", "ClearEvent"},
     "engine.log": {"Log", "LogCursor", "Record", "partition_for_key", "record_key"},
+    "engine.adapters": {"from_openai", "to_openai", "from_openai_response", "from_anthropic", "to_anthropic",
+                        "from_anthropic_response"},
 }
 
 
