@@ -46,6 +46,18 @@ first await after the model returned) cannot be recalled, since the log may alre
 task then waits for that append to be decided and only then raises ``CancelledError``, with a
 note saying the batch may have been stored; no append is ever left running after the task
 ended. The flow's decisions (``_Turn``) are written once; the four drivers only do the I/O.
+
+Edit and retry (``retry``/``edit`` and ``aretry``/``aedit``) wrap a model the same way but
+*replace* the conversation's latest visible turn instead of adding one; they need an engine as
+the writer (``latest_turn``, ``entries``, ``replace_turn``). The model sees the request's system
+messages, the stored history *before* the replaced turn (cut to the ``WindowReader``'s limit if
+the reader is one), then the open turn. For ``retry`` the open turn is the stored user message
+when the request holds only system messages (or the request's own open turn, whose user message
+must have the same content); for ``edit`` it is the request's open turn with the new user
+message. On completion the batch goes through ``replace_turn(batch, old_turn_id, reason)``,
+which admission refuses with ``TurnNotReplaceable`` if another writer replaced or extended the
+turn meanwhile; a failed persistence raises ``CommitError`` with ``old_turn_id`` and ``reason``
+set, to complete with ``engine.replace_turn(err.batch, err.old_turn_id, err.reason)``.
 """
 
 from __future__ import annotations
@@ -56,18 +68,21 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from engine.uuid7 import uuid7
-from engine.window import Reader
-from schemas.batch import Batch, Receipt
+from engine.window import Reader, WindowReader
+from projections.window import select_window
+from schemas.batch import Batch, HistoryTurn, Receipt, StoredMessage
 from schemas.chat import ChatDelta, ChatRequest, ChatResponse, ResponseAccumulator
-from schemas.errors import CommitError, InvalidMessage, InvalidReceipt
+from schemas.errors import CommitError, InvalidMessage, InvalidReceipt, TurnNotReplaceable
 from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message, Role, ToolCallPart, ToolResultPart
+from schemas.positions import HistoryPosition
 
 __all__ = [
     "AsyncWrappedModel",
     "AsyncWrappedStreamer",
     "HistoryMiddleware",
     "MiddlewareConfig",
+    "TurnReplacer",
     "WrappedModel",
     "WrappedStreamer",
     "Writer",
@@ -82,8 +97,19 @@ class Writer(Protocol):
     def append(self, batch: Batch) -> Receipt: ...
 
 
+class TurnReplacer(Writer, Protocol):
+    """The writer ``retry``/``edit`` need: an engine that finds and replaces the latest turn."""
+
+    def latest_turn(self, conversation_id: str) -> HistoryTurn | None: ...
+
+    def entries(self, conversation_id: str, after: HistoryPosition | None = None,
+                before: HistoryPosition | None = None) -> list[StoredMessage]: ...
+
+    def replace_turn(self, batch: Batch, old_turn_id: str, reason: str) -> Receipt: ...
+
+
 class WrappedModel(Protocol):
-    """What ``HistoryMiddleware.call`` returns."""
+    """What ``HistoryMiddleware.call`` (and ``retry``/``edit``) return."""
 
     def __call__(self, request: ChatRequest, /, *, append_id: str | None = None) -> ChatResponse: ...
 
@@ -97,7 +123,7 @@ class WrappedStreamer(Protocol):
 
 
 class AsyncWrappedModel(Protocol):
-    """What ``HistoryMiddleware.acall`` returns."""
+    """What ``HistoryMiddleware.acall`` (and ``aretry``/``aedit``) return."""
 
     def __call__(self, request: ChatRequest, /, *, append_id: str | None = None) -> Awaitable[ChatResponse]: ...
 
@@ -244,25 +270,59 @@ class _Turn:
         return Batch(self._conversation_id, append_id, (*self._open, message))
 
 
+@dataclass(frozen=True, slots=True)
+class _Replacing:
+    """A retry or edit in progress: the turn it replaces."""
+
+    old_turn_id: str
+    reason: str
+
+
 def _commit_error(batch: Batch, response: ChatResponse, cause: BaseException,
-                  receipt: Receipt | None = None) -> CommitError:
+                  receipt: Receipt | None = None, replacing: _Replacing | None = None) -> CommitError:
+    if replacing is None:
+        how = "retry with engine.append(err.batch)"
+    else:
+        how = "retry with engine.replace_turn(err.batch, err.old_turn_id, err.reason)"
     return CommitError(
         f"the model answered but appending its turn ({str(batch.append_id)!r}, {len(batch)} messages) to "
-        f"{str(batch.conversation_id)!r} failed: {cause}; retry with engine.append(err.batch) "
-        "(safe to repeat, the model is not called again)",
-        batch=batch, receipt=receipt, response=response)
+        f"{str(batch.conversation_id)!r} failed: {cause}; {how} (safe to repeat, the model is not called again)",
+        batch=batch, receipt=receipt, response=response,
+        old_turn_id=replacing.old_turn_id if replacing else None, reason=replacing.reason if replacing else None)
 
 
-def _receipt(batch: Batch, response: ChatResponse, receipt: object) -> Receipt:
+def _receipt(batch: Batch, response: ChatResponse, receipt: object, replacing: _Replacing | None = None) -> Receipt:
     """``receipt`` if it names ``batch``; otherwise a ``CommitError``."""
     if not isinstance(receipt, Receipt):
         cause = InvalidReceipt(f"the writer returned {type(receipt).__name__}, not a Receipt")
-        raise _commit_error(batch, response, cause) from cause
+        raise _commit_error(batch, response, cause, None, replacing) from cause
     try:
         receipt.validate_for(batch)
     except InvalidReceipt as exc:
-        raise _commit_error(batch, response, exc, receipt) from exc
+        raise _commit_error(batch, response, exc, receipt, replacing) from exc
     return receipt
+
+
+def _replacement_request(request: object, old: HistoryTurn, reason: str) -> ChatRequest:
+    """The request of a retry or edit: for a retry without an open turn, the stored user message
+    is the open turn; a retry's user message must keep the old content (as admission demands)."""
+    if not isinstance(request, ChatRequest):
+        raise InvalidMessage(f"invalid request: expected a schemas.ChatRequest, got {type(request).__name__}")
+    old_user = old.messages[0].message
+    has_turn = any(m.role is not Role.SYSTEM for m in request.messages)
+    if reason == "edit":
+        if not has_turn:
+            raise InvalidMessage("invalid edit: the request holds no user message; put the edited user message "
+                                 "after the system messages")
+        return request
+    if not has_turn:
+        return ChatRequest((*request.messages, old_user), request.tools, request.options)
+    user = next(m for m in request.messages if m.role is not Role.SYSTEM)
+    if user.content_json() != old_user.content_json():
+        raise TurnNotReplaceable(
+            f"a retry keeps the user message of turn {old.id!r}, but the request's differs; use edit for a "
+            "new user message, or send only the system messages to retry the stored one")
+    return request
 
 
 def _accumulate(acc: ResponseAccumulator, delta: object) -> None:
@@ -319,6 +379,84 @@ class HistoryMiddleware:
         except Exception as exc:
             raise _commit_error(batch, response, exc) from exc
         return _receipt(batch, response, receipt)
+
+    def _replacer(self) -> TurnReplacer:
+        writer = self._config.writer
+        for name in ("latest_turn", "entries", "replace_turn"):
+            if not callable(getattr(writer, name, None)):
+                raise TypeError(f"retry/edit replace the latest turn through the writer, and "
+                                f"{type(writer).__name__} has no {name}(); use a HistoryEngine as the writer")
+        return writer  # type: ignore[return-value]  # checked above, method by method
+
+    def _replacement(self, engine: TurnReplacer, request: object, reason: str,
+                     append_id: str | None) -> tuple[_Turn, _Replacing, list[Message]]:
+        """Read the latest turn and the history before it; validate the request (no model call yet)."""
+        old = engine.latest_turn(self._conversation_id)
+        if old is None:
+            raise TurnNotReplaceable(f"conversation {str(self._conversation_id)!r} has no turn to {reason}")
+        turn = self._turn(_replacement_request(request, old, reason), append_id)
+        before = [e.message for e in engine.entries(self._conversation_id, before=HistoryPosition(old.position, 0))]
+        reader = self._config.reader
+        if isinstance(reader, WindowReader):
+            before = select_window(before, reader.limit)
+        return turn, _Replacing(old.id, reason), before
+
+    def _replace(self, engine: TurnReplacer, batch: Batch, response: ChatResponse, replacing: _Replacing) -> Receipt:
+        try:
+            receipt = engine.replace_turn(batch, replacing.old_turn_id, replacing.reason)
+        except Exception as exc:
+            raise _commit_error(batch, response, exc, None, replacing) from exc
+        return _receipt(batch, response, receipt, replacing)
+
+    def retry(self, model: Callable[[ChatRequest], ChatResponse]) -> WrappedModel:
+        """Wrap ``model`` to regenerate the latest turn's answer: call the result with a request of
+        the system messages only (the stored user message is used) or with the same user message;
+        the new turn replaces the old one (``replace_turn(..., "retry")``)."""
+        return self._replacing(model, "retry")
+
+    def edit(self, model: Callable[[ChatRequest], ChatResponse]) -> WrappedModel:
+        """Wrap ``model`` to answer an edited user message: call the result with the system messages
+        and the new user message; the new turn replaces the latest one (``replace_turn(..., "edit")``)."""
+        return self._replacing(model, "edit")
+
+    def _replacing(self, model: Callable[[ChatRequest], ChatResponse], reason: str) -> WrappedModel:
+        engine = self._replacer()
+
+        def wrapped(request: ChatRequest, /, *, append_id: str | None = None) -> ChatResponse:
+            turn, replacing, before = self._replacement(engine, request, reason, append_id)
+            response = model(turn.model_request(before))
+            batch = turn.batch_for(response)
+            if batch is not None:
+                self._replace(engine, batch, response, replacing)
+            return response
+
+        return wrapped
+
+    def aretry(self, amodel: Callable[[ChatRequest], Awaitable[ChatResponse]]) -> AsyncWrappedModel:
+        """``retry`` for an ``async`` model; the engine runs in worker threads."""
+        return self._areplacing(amodel, "retry")
+
+    def aedit(self, amodel: Callable[[ChatRequest], Awaitable[ChatResponse]]) -> AsyncWrappedModel:
+        """``edit`` for an ``async`` model; the engine runs in worker threads."""
+        return self._areplacing(amodel, "edit")
+
+    def _areplacing(self, amodel: Callable[[ChatRequest], Awaitable[ChatResponse]], reason: str) -> AsyncWrappedModel:
+        engine = self._replacer()
+
+        async def wrapped(request: ChatRequest, /, *, append_id: str | None = None) -> ChatResponse:
+            turn, replacing, before = await asyncio.to_thread(self._replacement, engine, request, reason, append_id)
+            response = await amodel(turn.model_request(before))
+            batch = turn.batch_for(response)
+            if batch is not None:
+                try:
+                    await _decided(lambda b: self._replace(engine, b, response, replacing), batch)
+                except asyncio.CancelledError as exc:
+                    exc.add_note(f"histlog: the replacement {str(batch.append_id)!r} had started and completed "
+                                 "before the cancellation took effect; the turn may be replaced")
+                    raise
+            return response
+
+        return wrapped
 
     def call(self, model: Callable[[ChatRequest], ChatResponse]) -> WrappedModel:
         """Wrap ``model(request) -> ChatResponse``; the result also takes ``append_id=None``."""

@@ -134,11 +134,15 @@ class CommitError(HistoryError):
     """
 
     def __init__(self, message: str, *, batch: Batch, receipt: Receipt | None = None,
-                 response: Any = None) -> None:
+                 response: Any = None, old_turn_id: str | None = None, reason: str | None = None) -> None:
         super().__init__(message)
         self.batch = batch
         self.receipt = receipt
         self.response = response
+        self.old_turn_id = old_turn_id
+        """Set when the batch replaces a turn (middleware ``retry``/``edit``): complete it with
+        ``engine.replace_turn(err.batch, err.old_turn_id, err.reason)`` instead of ``append``."""
+        self.reason = reason
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))

@@ -1,0 +1,144 @@
+"""Edit and retry through the middleware: ``retry``/``edit`` (and the asyncio twins) replace the
+latest visible turn with ``replace_turn``, on a real embedded engine."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from engine import HistoryEngine, HistoryMiddleware, MiddlewareConfig, WindowReader
+from schemas import (
+    Batch,
+    ChatRequest,
+    ChatResponse,
+    CommitError,
+    FinishReason,
+    InvalidMessage,
+    Message,
+    TurnNotReplaceable,
+)
+from tests.unit.middleware_support import SYSTEM, SpyModel, SpyStore
+
+C = "conv-1"
+
+
+def answer(text: str) -> ChatResponse:
+    return ChatResponse(Message.assistant(text), FinishReason.STOP)
+
+
+@pytest.fixture
+def engine(tmp_path: Path) -> HistoryEngine:
+    with HistoryEngine.open(tmp_path / "data") as e:
+        e.append(Batch(C, "t1", [Message.user("Where is A1?"), Message.assistant("In Leipzig.")]))
+        e.append(Batch(C, "t2", [Message.user("And A2?"), Message.assistant("It was delivered.")]))
+        yield e
+
+
+def texts(engine: HistoryEngine) -> list[str]:
+    return [m.text() for m in engine.read(C)]
+
+
+def test_retry_regenerates_the_latest_answer_from_the_history_before_it(engine: HistoryEngine) -> None:
+    model = SpyModel(answer("A2 arrived yesterday."))
+    mw = HistoryMiddleware(MiddlewareConfig(engine, engine, C))
+    response = mw.retry(model)(ChatRequest([SYSTEM]), append_id="t2-retry")
+    assert response.text() == "A2 arrived yesterday."
+    assert [m.text() for m in model.requests[0].messages] == [
+        SYSTEM.text(), "Where is A1?", "In Leipzig.", "And A2?"]  # the old answer is not shown
+    assert texts(engine) == ["Where is A1?", "In Leipzig.", "And A2?", "A2 arrived yesterday."]
+    hidden = [e for e in engine.entries(C, include_hidden=True) if e.hidden]
+    assert [(e.id, e.superseded_by, e.reason) for e in hidden] == [
+        ("t2/0", "t2-retry/0", "retry"), ("t2/1", "t2-retry/0", "retry")]
+
+
+def test_edit_answers_the_new_user_message(engine: HistoryEngine) -> None:
+    model = SpyModel(answer("A3 ships Monday."))
+    mw = HistoryMiddleware(MiddlewareConfig(engine, engine, C))
+    mw.edit(model)(ChatRequest([SYSTEM, Message.user("And A3?")]), append_id="t2-edit")
+    assert model.requests[0].messages[-1].text() == "And A3?"
+    assert texts(engine) == ["Where is A1?", "In Leipzig.", "And A3?", "A3 ships Monday."]
+    latest = engine.latest_turn(C)
+    assert latest is not None and latest.id == "t2-edit/0" and latest.assistant_message_id == "t2-edit/1"
+
+
+def test_a_retry_with_another_user_message_or_without_a_turn_fails_before_the_model(
+        engine: HistoryEngine, tmp_path: Path) -> None:
+    model = SpyModel(answer("never"))
+    mw = HistoryMiddleware(MiddlewareConfig(engine, engine, C))
+    with pytest.raises(TurnNotReplaceable, match="use edit"):
+        mw.retry(model)(ChatRequest([SYSTEM, Message.user("Something else")]))
+    with pytest.raises(InvalidMessage, match="no user message"):
+        mw.edit(model)(ChatRequest([SYSTEM]))
+    empty = HistoryMiddleware(MiddlewareConfig(engine, engine, "never-written"))
+    with pytest.raises(TurnNotReplaceable, match="no turn to retry"):
+        empty.retry(model)(ChatRequest([SYSTEM]))
+    assert model.calls == 0 and len(engine.read(C)) == 4
+
+
+def test_a_writer_that_cannot_replace_turns_is_refused_when_wrapping(engine: HistoryEngine) -> None:
+    spy = SpyStore(engine)  # read + append only
+    with pytest.raises(TypeError, match="latest_turn"):
+        HistoryMiddleware(MiddlewareConfig(spy, spy, C)).retry(SpyModel())
+
+
+def test_a_failed_replacement_raises_commit_error_that_completes_without_the_model(
+        engine: HistoryEngine) -> None:
+    class Failing:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(engine, name)
+
+        def replace_turn(self, batch: Batch, old_turn_id: str, reason: str) -> object:
+            self.calls += 1
+            raise OSError("disk full (injected)")
+
+    failing = Failing()
+    model = SpyModel(answer("A2 arrived yesterday."))
+    mw = HistoryMiddleware(MiddlewareConfig(engine, failing, C))  # type: ignore[arg-type]
+    with pytest.raises(CommitError) as info:
+        mw.retry(model)(ChatRequest([SYSTEM]), append_id="r1")
+    err = info.value
+    assert (err.old_turn_id, err.reason, failing.calls, model.calls) == ("t2/0", "retry", 1, 1)
+    assert isinstance(err.__cause__, OSError) and texts(engine)[-1] == "It was delivered."
+    receipt = engine.replace_turn(err.batch, err.old_turn_id, err.reason)
+    assert engine.replace_turn(err.batch, err.old_turn_id, err.reason) == receipt
+    assert texts(engine)[-1] == "A2 arrived yesterday." and model.calls == 1
+
+
+def test_a_turn_replaced_meanwhile_makes_the_second_replacement_fail(engine: HistoryEngine) -> None:
+    mw = HistoryMiddleware(MiddlewareConfig(engine, engine, C))
+
+    def racing(request: ChatRequest) -> ChatResponse:  # another instance retries first
+        engine.replace_turn(Batch(C, "other", [Message.user("And A2?"), Message.assistant("Other.")]), "t2/0",
+                            "retry")
+        return answer("Mine.")
+
+    with pytest.raises(CommitError) as info:
+        mw.retry(racing)(ChatRequest([SYSTEM]))
+    assert isinstance(info.value.__cause__, TurnNotReplaceable)
+    assert texts(engine)[-1] == "Other."
+
+
+def test_a_window_reader_limits_the_history_before_the_turn(engine: HistoryEngine) -> None:
+    engine.append(Batch(C, "t3", [Message.user("And A3?"), Message.assistant("Monday.")]))
+    model = SpyModel(answer("Monday, 10:00."))
+    mw = HistoryMiddleware(MiddlewareConfig(WindowReader(engine, 2), engine, C))
+    mw.retry(model)(ChatRequest([SYSTEM]))
+    assert [m.text() for m in model.requests[0].messages] == [  # turn 1 did not fit the window of 2
+        SYSTEM.text(), "And A2?", "It was delivered.", "And A3?"]
+
+
+def test_async_twins_replace_the_turn(engine: HistoryEngine) -> None:
+    mw = HistoryMiddleware(MiddlewareConfig(engine, engine, C))
+    retry_model = SpyModel(answer("Async retry."))
+    asyncio.run(mw.aretry(retry_model.acall)(ChatRequest([SYSTEM]), append_id="ar"))
+    assert texts(engine)[-2:] == ["And A2?", "Async retry."]
+    edit_model = SpyModel(answer("Async edit."))
+    asyncio.run(mw.aedit(edit_model.acall)(ChatRequest([SYSTEM, Message.user("And A4?")]), append_id="ae"))
+    assert texts(engine)[-2:] == ["And A4?", "Async edit."]
+    assert [e.superseded_by for e in engine.entries(C, include_hidden=True) if e.hidden] == [
+        "ar/0", "ar/0", "ae/0", "ae/0"]
