@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from engine.facade import HistoryEngine
 from projections.window import select_window
 from schemas.errors import InvalidWindow
 from schemas.ids import ConversationID
@@ -25,7 +26,9 @@ class WindowReader:
     stops at the first turn that does not fit. If the newest turn (plus the merged system
     message) does not fit, ``read`` raises ``WindowTooSmall`` rather than split it.
 
-    It has no write or clear authority: it only calls ``reader.read``.
+    It has no write or clear authority: it only reads. Over a ``HistoryEngine`` it asks the
+    engine's window projection (``engine.window``: the same result, in O(limit) instead of
+    reading the whole conversation); over any other reader it windows ``reader.read``.
     """
 
     __slots__ = ("_limit", "_reader")
@@ -44,4 +47,6 @@ class WindowReader:
 
     def read(self, conversation_id: str) -> list[Message]:
         cid = ConversationID(conversation_id)
+        if isinstance(self._reader, HistoryEngine):
+            return self._reader.window(cid, self._limit)
         return select_window(self._reader.read(cid), self._limit)
