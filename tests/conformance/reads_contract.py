@@ -267,7 +267,7 @@ _OP = st.one_of(
     st.builds(lambda s: Op("clear", s), st.integers(0, SLOTS - 1)),
     st.builds(lambda s: Op("retry", s), st.integers(0, SLOTS - 1)),
 )
-HISTORIES = st.lists(_OP, min_size=1, max_size=10)
+HISTORIES = st.lists(_OP, min_size=3, max_size=12)
 
 
 @dataclass
@@ -437,9 +437,9 @@ class ReadsContract:
         """Many turns in one conversation, so cursors and budgets land in every shape of window."""
         prefixes = itertools.count()
 
-        @settings(max_examples=max(self.examples // 4, 3), deadline=None,
+        @settings(max_examples=max(self.examples // 2, 5), deadline=None,
                   suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-        @given(batches=st.lists(_BATCH, min_size=3, max_size=12), data=st.data())
+        @given(batches=st.lists(_BATCH, min_size=6, max_size=16), data=st.data())
         def run(batches: list[list[Message]], data: st.DataObject) -> None:
             conv = f"long{next(prefixes)}"
             model = play(engine, conv + "-", [Op("append", 0, tuple(b)) for b in batches])
