@@ -195,8 +195,8 @@ def _metadata(draw: st.DrawFn) -> dict[str, Any]:
 
 
 _META = st.one_of(st.just({}), _metadata())
-_PART_META = st.one_of(st.just({}), st.dictionaries(st.sampled_from(["lang", "cache"]), _JSON_VALUES,
-                                                    min_size=1, max_size=1))
+_PART_META: st.SearchStrategy[dict[str, Any]] = st.one_of(
+    st.just({}), st.dictionaries(st.sampled_from(["lang", "cache"]), _JSON_VALUES, min_size=1, max_size=1))
 _TEXT_PART = st.builds(lambda t, md: TextPart(t, metadata=md), _TEXT, _PART_META)
 _MEDIA_PART = st.builds(lambda n: MediaPart(Media("image/png", uri=f"https://example.com/{n}.png")),
                         st.integers(0, 99))
@@ -480,7 +480,7 @@ class ReadsContract:
         for budget in (0, -1, -(2**70)):
             for unit in ("turn", "message"):
                 assert engine.read_within_bytes("d", budget, unit=unit) == HistoryLoad([], True)
-                assert engine.turn_sources("d", budget, unit=unit) == HistoryLoad([], True)
+                assert engine.turn_sources("d", budget, unit=unit) == HistoryLoad[TurnSource]([], True)
         # An empty window left nothing out.
         assert engine.read_within_bytes("d", 0, after=HistoryPosition(3, 11)) == HistoryLoad([], False)
 
@@ -599,7 +599,7 @@ class ReadsContract:
         for before in (HistoryPosition(-1, 0), HistoryPosition(-1, 5), HistoryPosition(-2, 0)):
             assert engine.entries("d", before=before) == []
             assert engine.read_within_bytes("d", 2**40, before=before) == HistoryLoad([], False)
-            assert engine.turn_sources("d", 2**40, before=before) == HistoryLoad([], False)
+            assert engine.turn_sources("d", 2**40, before=before) == HistoryLoad[TurnSource]([], False)
 
     @pytest.mark.xfail(strict=True, reason="bug: a cursor whose turn is >= 2**64 - 1 (after) or >= 2**64 (before) "
                                            "makes the seek pack a key past u64 (struct.error escapes)")
@@ -608,7 +608,7 @@ class ReadsContract:
         for far in (HistoryPosition(2**64 - 1, 0), HistoryPosition(2**64, 0)):
             assert engine.entries("d", after=far) == []
             assert engine.read_within_bytes("d", 2**40, after=far) == HistoryLoad([], False)
-            assert engine.turn_sources("d", 2**40, after=far) == HistoryLoad([], False)
+            assert engine.turn_sources("d", 2**40, after=far) == HistoryLoad[TurnSource]([], False)
             assert engine.measure("d", after=far) == Measure(0, 0, 0)
         far = HistoryPosition(2**64, 0)
         assert seqs(engine.read_within_bytes("d", 2**40, before=far)) == (list(range(1, 12)), False)
@@ -683,7 +683,7 @@ class ReadsContract:
         for budget in (0, 1, 2**40):
             for unit in ("turn", "message"):
                 assert engine.read_within_bytes(conv, budget, unit=unit) == HistoryLoad([], False)
-                assert engine.turn_sources(conv, budget, unit=unit) == HistoryLoad([], False)
+                assert engine.turn_sources(conv, budget, unit=unit) == HistoryLoad[TurnSource]([], False)
         assert engine.read_within_bytes(conv, 10, after=HistoryPosition(1, 3),
                                         before=HistoryPosition(9, 0)) == HistoryLoad([], False)
         assert engine.measure(conv) == Measure(0, 0, 0)
