@@ -12,6 +12,7 @@ import pytest
 
 from engine import HistoryEngine, WindowReader
 from projections import BatchEvent, ClearEvent, ProjectedEvent, Projection, ProjectionTx
+from projections.runtime import checkpoints
 from schemas import (
     AppendConflict,
     Batch,
@@ -22,6 +23,7 @@ from schemas import (
     InvalidBatch,
     InvalidConversationID,
     InvalidWindow,
+    LogPosition,
     Message,
     NotFound,
     Receipt,
@@ -347,8 +349,52 @@ class Fragile(Recorder):
         super().apply(event, tx)
 
 
+class FragileAfterWriting(Fragile):
+    """Like ``Fragile``, but fails only after writing its rows for the event: those writes must
+    be dropped with the step."""
+
+    def apply(self, event: ProjectedEvent, tx: ProjectionTx) -> None:
+        Recorder.apply(self, event, tx)
+        if self.armed and isinstance(event, BatchEvent) and event.messages[0].text() == "boom":
+            raise RuntimeError("boom")
+
+
 def _projection_state(engine: HistoryEngine, name: str) -> list[tuple[bytes, bytes]]:
     return engine.view(name).scan(b"")
+
+
+Delivery = tuple[str, str, str, LogPosition]
+"""``(kind, conversation, append id or "", position)`` of one ``apply`` call."""
+
+
+class Tape(Projection):
+    """Writes one row per delivered event, keyed by its log position, and appends every
+    ``apply`` call to ``calls`` (a list that may outlive the engine: what "delivered once" is
+    counted on across a reopen)."""
+
+    name = "tape"
+
+    def __init__(self, calls: list[Delivery] | None = None) -> None:
+        self.calls: list[Delivery] = [] if calls is None else calls
+
+    def apply(self, event: ProjectedEvent, tx: ProjectionTx) -> None:
+        p = event.position
+        if isinstance(event, BatchEvent):
+            self.calls.append(("batch", event.conversation_id, event.append_id, p))
+            value = f"batch {event.conversation_id} {event.append_id} {event.first_seq} {len(event.messages)}"
+        else:
+            self.calls.append(("clear", event.conversation_id, "", p))
+            value = f"clear {event.conversation_id}"
+        tx.put(f"ev/{p.partition:04d}/{p.offset:020d}".encode(), value.encode())
+
+
+def _in_log_order_per_partition(calls: list[Delivery]) -> bool:
+    last: dict[int, int] = {}
+    for *_, p in calls:
+        if last.get(p.partition, -1) >= p.offset:
+            return False
+        last[p.partition] = p.offset
+    return True
 
 
 class ProjectionContract:
@@ -426,3 +472,128 @@ class ProjectionContract:
 
             with pytest.raises(HistoryError):
                 eng.register(Unnamed())
+
+    # -- delivery: once each, accepted only, in log order per partition ---------------------------
+    @staticmethod
+    def _mixed_history(eng: HistoryEngine, tag: str) -> tuple[list[Receipt], list[str]]:
+        """Accepted batches over several conversations (so several partitions), a duplicate, a
+        conflict, clears (one of a never-written conversation, one repeated) and a rejected
+        append. Returns the receipts of the accepted batches and the conversations cleared."""
+        receipts = [eng.append(turn(f"{tag}{i % 5}", f"a{i}", f"m{i}", tool=i % 3 == 0)) for i in range(12)]
+        assert eng.append(turn(f"{tag}0", "a0", "m0", tool=True)) == receipts[0]  # duplicate
+        with pytest.raises(AppendConflict):
+            eng.append(turn(f"{tag}1", "a1", "changed"))
+        eng.clear(f"{tag}2")
+        eng.clear(f"{tag}2")
+        eng.clear(f"{tag}never")
+        with pytest.raises(ConversationClosed):
+            eng.append(turn(f"{tag}2", "late", "x"))
+        receipts.append(eng.append(turn(f"{tag}3", "b1", "after the clears")))
+        return receipts, [f"{tag}2", f"{tag}never"]
+
+    @staticmethod
+    def _assert_delivered_once(calls: list[Delivery], receipts: list[Receipt], cleared: list[str]) -> None:
+        batches = [(c, a, p) for kind, c, a, p in calls if kind == "batch"]
+        assert sorted(batches) == sorted((r.conversation_id, r.append_id, r.position) for r in receipts)
+        assert sorted(c for kind, c, _, _ in calls if kind == "clear") == sorted(cleared)
+        assert len({p for *_, p in calls}) == len(calls), "an event was delivered twice"
+        assert _in_log_order_per_partition(calls)
+
+    def test_catch_up_from_zero_delivers_each_accepted_event_once_in_log_order(self, backend: Backend) -> None:
+        with backend.open() as eng:
+            receipts, cleared = self._mixed_history(eng, "c")
+            tape = Tape()
+            eng.register(tape)
+            self._assert_delivered_once(tape.calls, receipts, cleared)
+            assert len(_projection_state(eng, "tape")) == len(tape.calls)
+            r = receipts[-1]
+            first_seq = next(e for e in eng.entries(r.conversation_id) if e.append_id == r.append_id).position.seq
+            key = f"ev/{r.position.partition:04d}/{r.position.offset:020d}".encode()
+            assert eng.view("tape").get(key) == f"batch {r.conversation_id} {r.append_id} {first_seq} 2".encode()
+
+    def test_live_events_are_in_the_view_when_the_append_returns(self, backend: Backend) -> None:
+        with backend.open() as eng:
+            tape = Tape()
+            eng.register(tape)
+            assert tape.calls == [] and _projection_state(eng, "tape") == []
+            for i in range(6):
+                r = eng.append(turn(f"live{i % 3}", f"a{i}", f"m{i}"))
+                key = f"ev/{r.position.partition:04d}/{r.position.offset:020d}".encode()
+                assert eng.view("tape").get(key) == f"batch live{i % 3} a{i} {i // 3 * 2 + 1} 2".encode()
+                assert len(tape.calls) == i + 1
+            eng.clear("live1")
+            assert tape.calls[-1][:2] == ("clear", "live1")
+            assert len(_projection_state(eng, "tape")) == 7
+
+    def test_resume_after_reopen_delivers_no_event_twice(self, backend: Backend) -> None:
+        calls: list[Delivery] = []
+        receipts: list[Receipt] = []
+        with backend.open() as eng:
+            receipts += [eng.append(turn("r", f"a{i}", f"m{i}")) for i in range(3)]
+            eng.register(Tape(calls))  # catch-up
+            receipts += [eng.append(turn(f"r{i % 2}", f"b{i}", f"m{i}")) for i in range(3)]  # live
+            eng.clear("r1")
+        with backend.open() as eng:  # written while the projection is not registered
+            receipts += [eng.append(turn("r", f"c{i}", f"m{i}")) for i in range(3)]
+        with backend.open() as eng:
+            eng.register(Tape(calls))  # resumes from its checkpoint
+            receipts += [eng.append(turn(f"r{2 * (i % 2)}", f"d{i}", f"m{i}")) for i in range(3)]  # live again
+            self._assert_delivered_once(calls, receipts, ["r1"])
+            assert len(_projection_state(eng, "tape")) == len(calls)
+
+    def test_rebuild_delivers_every_event_again_once_and_yields_identical_state(self, backend: Backend) -> None:
+        with backend.open() as eng:
+            tape = Tape()
+            eng.register(tape)
+            receipts, cleared = self._mixed_history(eng, "rb")
+            live = _projection_state(eng, "tape")
+            first = list(tape.calls)
+            tape.calls.clear()
+            eng.rebuild("tape")
+            assert _projection_state(eng, "tape") == live
+            self._assert_delivered_once(tape.calls, receipts, cleared)
+            assert sorted(tape.calls, key=lambda c: (c[3].partition, c[3].offset)) == \
+                sorted(first, key=lambda c: (c[3].partition, c[3].offset))
+
+    # -- failures: one projection stops, alone, before the failing event ----------------------------
+    def test_a_projection_failing_live_stops_alone_with_its_checkpoint_before_the_event(
+            self, backend: Backend) -> None:
+        with backend.open() as eng:
+            eng.register(Recorder())
+            fragile = FragileAfterWriting()
+            eng.register(fragile)
+            fine = eng.append(turn("a", "1", "fine"))
+            boom = eng.append(turn("a", "2", "boom"))
+            eng.append(turn("a", "3", "after"))
+            with pytest.raises(HistoryError, match=r"'fragile'.*boom"):
+                eng.view("fragile")
+            p = boom.position.partition
+            assert fine.position.partition == p
+            checkpoint = checkpoints(eng._store, eng.log.partitions, "fragile")[p]
+            assert fine.position.offset < checkpoint <= boom.position.offset
+            # Only it stopped: the history, the built-in reads and the other projection go on.
+            assert [m.text() for m in eng.read("a")][::2] == ["fine", "boom", "after"]
+            assert eng.view("recorder").get(b"events") == b"3"
+            assert eng.stats().lag == [0] * eng.log.partitions
+            fragile.armed = False
+            eng.register(fragile)  # resumes from its checkpoint: each event applied once
+            assert _projection_state(eng, "fragile") == _projection_state(eng, "recorder")
+
+    def test_a_projection_failing_during_catch_up_raises_and_keeps_its_checkpoint(self, backend: Backend) -> None:
+        with backend.open() as eng:
+            eng.register(Recorder())
+            eng.append(turn("a", "1", "fine"))
+            boom = eng.append(turn("a", "2", "boom"))
+            eng.append(turn("a", "3", "after"))
+            fragile = FragileAfterWriting()
+            with pytest.raises(HistoryError, match=r"'fragile'.*boom"):
+                eng.register(fragile)
+            with pytest.raises(HistoryError, match="fragile"):
+                eng.view("fragile")
+            p = boom.position.partition
+            assert checkpoints(eng._store, eng.log.partitions, "fragile")[p] <= boom.position.offset
+            eng.append(turn("a", "4", "later"))  # the others go on
+            assert eng.view("recorder").get(b"events") == b"4"
+            fragile.armed = False
+            eng.register(fragile)
+            assert _projection_state(eng, "fragile") == _projection_state(eng, "recorder")
