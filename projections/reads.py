@@ -25,6 +25,25 @@ _NO_BOUND = 1 << 63  # an exclusive seq bound past every message
 
 Unit = Literal["turn", "message"]
 
+_FAR = 1 << 62  # past every turn position and seq a conversation can reach
+_NOTHING = object()
+
+
+def _cursors(after: HistoryPosition | None, before: HistoryPosition | None
+             ) -> tuple[HistoryPosition | None, HistoryPosition | None] | object:
+    """Cursors brought into the key range (``HistoryPosition`` takes any ints): ``(after,
+    before)`` selecting the same messages, ``None`` for no bound, or ``_NOTHING`` when no
+    message can lie between them."""
+    if after is not None:
+        if after.turn >= _FAR:
+            return _NOTHING
+        after = None if after < HistoryPosition(0, 1) else HistoryPosition(after.turn, min(max(after.seq, -1), _FAR))
+    if before is not None:
+        if before <= HistoryPosition.START:
+            return _NOTHING
+        before = None if before.turn >= _FAR else HistoryPosition(before.turn, min(max(before.seq, 0), _FAR))
+    return after, before
+
 
 def message_id(append_id: str, index: int) -> str:
     """Stable id of a stored message: unique within its conversation (append ids are)."""
@@ -106,6 +125,10 @@ class Reads:
                 limit: int | None, include_hidden: bool = False) -> list[StoredMessage]:
         """Messages with ``after < position < before`` in stored order, at most ``limit``;
         with ``include_hidden``, the messages of replaced turns too (merged by position)."""
+        bounds = _cursors(after, before)
+        if bounds is _NOTHING:
+            return []
+        after, before = bounds  # type: ignore[misc]
         snap = self.store.iterator()
         c = conv.encode("utf-8")
         lo, hi = self._seq_range(snap, c, after, before)
@@ -264,22 +287,24 @@ class Reads:
     def within_bytes(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None,
                      unit: Unit) -> HistoryLoad[StoredMessage]:
         """The byte-budgeted window (API.md ``read_within_bytes``) in O(window)."""
+        bounds = _cursors(after, before)
         snap = self.store.iterator()
         c = conv.encode("utf-8")
-        if self._open_row(snap, c) is None:
+        if bounds is _NOTHING or self._open_row(snap, c) is None:
             return HistoryLoad([], False)
-        lo, hi = self._seq_range(snap, c, after, before)
+        lo, hi = self._seq_range(snap, c, *bounds)  # type: ignore[misc]
         rows, truncated = self._within_bytes(snap, b"M", c, lo, hi, max_bytes, unit, _message_head)
         return HistoryLoad([_stored(keys.MessageRow.decode(v), seq) for seq, v in rows], truncated)
 
     def turn_sources(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None,
                      unit: Unit) -> HistoryLoad[TurnSource]:
         """The same window over the narrow turn-source rows: no message row is read."""
+        bounds = _cursors(after, before)
         snap = self.store.iterator()
         c = conv.encode("utf-8")
-        if self._open_row(snap, c) is None:
+        if bounds is _NOTHING or self._open_row(snap, c) is None:
             return HistoryLoad([], False)
-        lo, hi = self._seq_range(snap, c, after, before)
+        lo, hi = self._seq_range(snap, c, *bounds)  # type: ignore[misc]
         rows, truncated = self._within_bytes(snap, b"N", c, lo, hi, max_bytes, unit, keys.SourceRow.decode_head)
         return HistoryLoad([_source(v) for _, v in rows], truncated)
 
@@ -289,9 +314,10 @@ class Reads:
         snap = self.store.iterator()
         c = conv.encode("utf-8")
         row = self._open_row(snap, c)
-        if row is None:
+        bounds = _cursors(after, None)
+        if row is None or bounds is _NOTHING:
             return Measure(0, 0, 0)
-        lo, _ = self._seq_range(snap, c, after, None)
+        lo, _ = self._seq_range(snap, c, *bounds)  # type: ignore[misc]
         for _, value in snap.scan(keys.aggregate_key(c, lo), keys.conv_range(b"A", c)[1]):
             messages, content, turns = keys.AggregateRow.decode(value)
             return Measure(row.messages - messages, row.content_bytes - content, row.turns - turns)

@@ -592,8 +592,6 @@ class ReadsContract:
             assert [e.position.seq for e in engine.entries("d", after=after, before=before)] == want
             assert engine.measure("d", after=after) == reference_measure(es, after), after
 
-    @pytest.mark.xfail(strict=True, reason="bug: a `before` cursor with a negative turn makes the seek pack a "
-                                           "negative u64 key (struct.error escapes) instead of selecting nothing")
     def test_a_before_cursor_with_a_negative_turn_selects_nothing(self, engine: HistoryEngine) -> None:
         self.sample(engine)
         for before in (HistoryPosition(-1, 0), HistoryPosition(-1, 5), HistoryPosition(-2, 0)):
@@ -601,8 +599,6 @@ class ReadsContract:
             assert engine.read_within_bytes("d", 2**40, before=before) == HistoryLoad([], False)
             assert engine.turn_sources("d", 2**40, before=before) == HistoryLoad[TurnSource]([], False)
 
-    @pytest.mark.xfail(strict=True, reason="bug: a cursor whose turn is >= 2**64 - 1 (after) or >= 2**64 (before) "
-                                           "makes the seek pack a key past u64 (struct.error escapes)")
     def test_cursors_past_the_u64_turn_range(self, engine: HistoryEngine) -> None:
         self.sample(engine)
         for far in (HistoryPosition(2**64 - 1, 0), HistoryPosition(2**64, 0)):
