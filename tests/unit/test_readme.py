@@ -42,3 +42,9 @@ def test_turns_example_runs_and_prints_what_it_says(capsys: pytest.CaptureFixtur
     exec(compile(code, "README turns", "exec"), {})
     assert capsys.readouterr().out.splitlines() == [
         "someone else wrote since; read again", "['Hi', 'Hey there!']", "4"]
+
+
+def test_middleware_example_runs_and_prints_what_it_says(capsys: pytest.CaptureFixture[str]) -> None:
+    code = python_block("## Wrapping a chat model")
+    exec(compile(code, "README middleware", "exec"), {})
+    assert capsys.readouterr().out.splitlines() == ["I see 2 messages.", "I see 4 messages.", "4"]
