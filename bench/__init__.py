@@ -2,8 +2,9 @@
 and measures against a baseline in the same run (ratios, never absolute pass/fail gates).
 
 ``python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`` or ``histlog bench`` runs them:
-schemas, codec, log, engine, and kafka (a real broker: ``HISTLOG_KAFKA`` or one started from the
-Maven Central jars with ``scripts/kafka``).
+schemas, codec, log, engine, kafka (a real broker: ``HISTLOG_KAFKA`` or one started from the
+Maven Central jars with ``scripts/kafka``) and turns (replacement latency, reads with 1,000
+replaced turns).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 __all__ = ["NAMES", "run_all"]
 
-NAMES = ("schemas", "codec", "log", "engine", "kafka")
+NAMES = ("schemas", "codec", "log", "engine", "kafka", "turns")
 
 
 def run_all(argv: list[str] | None = None) -> int:
