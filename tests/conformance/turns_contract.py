@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar, Protocol
 
 import pytest
@@ -203,7 +205,7 @@ class Runner:
     _ids: list[Iterator[int]] = field(default_factory=lambda: [itertools.count(1), itertools.count(1)])
 
     def __post_init__(self) -> None:
-        self.convs = [RefConversation(f"{self.prefix}-{k}") for k in range(2)]
+        self.convs = [RefConversation(f"{self.prefix}-0"), RefConversation(f"{self.prefix}-é/1")]
 
     # -- building batches ----------------------------------------------------------------------
     def token(self) -> str:
@@ -463,8 +465,8 @@ def check_conversation(engine: HistoryEngine, m: RefConversation) -> None:
     budgets = sorted({0, 1, newest, max(total // 2, 1), total, total + 1})
     mid = cursors[min(2, len(cursors) - 1)]
     windows: list[tuple[HistoryPosition, HistoryPosition | None]] = [(HistoryPosition.START, None), (mid, None)]
-    if len(cursors) > 3:
-        windows.append((HistoryPosition.START, cursors[3]))
+    if len(cursors) > 4:
+        windows += [(HistoryPosition.START, cursors[3]), (cursors[4], None)]
     for after, before in windows:
         for unit in ("turn", "message"):
             for budget in budgets:
@@ -581,6 +583,26 @@ def check_mirror(engine: HistoryEngine, name: str, m: RefConversation) -> None:
 
 
 # -- helpers for the example-based specs --------------------------------------------------------
+def race_threads(calls: list[Callable[[], Receipt]]) -> list[Receipt | Exception]:
+    """Run the calls from threads released together; each result is a receipt or the error raised."""
+    barrier = threading.Barrier(len(calls))
+    results: list[Receipt | Exception | None] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = calls[i]()
+        except Exception as e:  # the outcome under test
+            results[i] = e
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [r for r in results if r is not None]
+
+
 def user_turn(conv: str, aid: str, text: str, answer: str | None = None, **meta: Any) -> Batch:
     return Batch(conv, aid, [Message.user(text), Message.assistant(answer or f"answer to {text}",
                                                                    metadata=meta or None)])
@@ -708,6 +730,35 @@ class TurnsContract:
         for runner in runners:
             for m in runner.convs:
                 check_mirror(engine, LateTurnsMirror.name, m)
+
+    # -- one instance, many threads -------------------------------------------------------------
+    def test_threads_racing_to_replace_one_turn_one_wins(self, engine: HistoryEngine) -> None:
+        engine.append(user_turn("race", "a0", "question"))
+        for round_ in range(3):
+            latest = engine.latest_turn("race")
+            assert latest is not None
+            results = race_threads([
+                partial(engine.replace_turn, Batch("race", f"r{round_}-{k}", [
+                    Message.user(*latest.messages[0].message.parts), Message.assistant(f"answer {k}")]),
+                    latest.id, "retry" if k % 2 else "edit")
+                for k in range(8)])
+            winner = [r for r in results if isinstance(r, Receipt)]
+            assert len(winner) == 1 and all(isinstance(r, TurnNotReplaceable) for r in results if r not in winner)
+            now = engine.latest_turn("race")
+            assert now is not None and now.id == f"{winner[0].append_id}/0"
+        assert len(engine.entries("race")) == 2
+        assert len(engine.entries("race", include_hidden=True)) == 8
+
+    def test_threads_racing_with_one_expected_last_one_wins(self, engine: HistoryEngine) -> None:
+        last: object = EMPTY
+        for round_ in range(3):
+            results = race_threads([
+                partial(engine.append, user_turn("race", f"o{round_}-{k}", f"from {k}"), expected_last=last)
+                for k in range(8)])
+            winner = [r for r in results if isinstance(r, Receipt)]
+            assert len(winner) == 1 and all(isinstance(r, PreconditionFailed) for r in results if r not in winner)
+            last = winner[0]
+        assert len(engine.entries("race")) == 6
 
     # -- the rules as examples -----------------------------------------------------------------
     def test_retry_hides_the_old_turn_and_appends_the_new_one_at_a_later_position(

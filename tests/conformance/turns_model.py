@@ -354,10 +354,13 @@ class RefConversation:
             out += [rows[0].position, rows[len(rows) // 2].position, rows[-1].position]
         hidden = self.hidden_rows()
         if hidden:
-            out.append(hidden[len(hidden) // 2].position)
+            h = hidden[len(hidden) // 2].position
+            out += [h, HistoryPosition(h.turn, 0)]
         positions = self.turn_positions()
         if positions:
-            out.append(HistoryPosition(positions[-1], 0))
+            # The start of the latest turn; a seq before its first message; a seq past all of it.
+            out += [HistoryPosition(positions[-1], 0), HistoryPosition(positions[-1], 1),
+                    HistoryPosition(positions[0], 1 << 40)]
         out.append(HistoryPosition(self.turn_counter + 5, 0))
         return list(dict.fromkeys(out))
 

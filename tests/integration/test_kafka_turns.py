@@ -4,8 +4,7 @@ order gives one winner, every instance agrees, and a fresh instance replaying th
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,7 @@ import pytest
 
 from engine import EMPTY, HistoryEngine
 from schemas import Batch, Message, PreconditionFailed, Receipt, TurnNotReplaceable
-from tests.conformance.turns_contract import TurnsContract, counters, stored_key, user_turn
+from tests.conformance.turns_contract import TurnsContract, counters, race_threads, stored_key, user_turn
 from tests.integration.test_kafka_engine import KafkaBackend
 
 pytestmark = pytest.mark.kafka
@@ -42,27 +41,6 @@ def pair(backend: KafkaBackend, tmp_path: Path) -> Iterator[list[HistoryEngine]]
     yield engines
     for e in engines:
         e.close()
-
-
-def race(calls: list[Callable[[], Receipt]]) -> list[Receipt | Exception]:
-    """Run the calls from threads released together; each result is a receipt or the error."""
-    barrier = threading.Barrier(len(calls))
-    results: list[Receipt | Exception | None] = [None] * len(calls)
-
-    def run(i: int) -> None:
-        barrier.wait()
-        try:
-            results[i] = calls[i]()
-        except Exception as e:  # the outcome under test
-            results[i] = e
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert all(r is not None for r in results)
-    return [r for r in results if r is not None]
 
 
 def history(engine: HistoryEngine, conv: str) -> list[tuple[Any, ...]]:
@@ -104,7 +82,7 @@ def test_two_instances_racing_replace_turn_have_one_winner_everywhere(
                    user_turn(conv, f"r{i}-edit", f"edited {i}")]
         reasons = ["retry", "edit"]
         k0, k1 = (0, 1) if i % 2 == 0 else (1, 0)  # alternate which instance sends which
-        results = race([partial(pair[k0].replace_turn, batches[0], latest.id, reasons[0]),
+        results = race_threads([partial(pair[k0].replace_turn, batches[0], latest.id, reasons[0]),
                         partial(pair[k1].replace_turn, batches[1], latest.id, reasons[1])])
         winner = one_winner(results, TurnNotReplaceable)
         winners.append(str(winner.append_id))
@@ -127,7 +105,7 @@ def test_two_instances_racing_optimistic_appends_have_one_winner_everywhere(
     winners: list[str] = []
     for i in range(ROUNDS):
         batches = [user_turn(conv, f"o{i}-{k}", f"from instance {k}") for k in range(2)]
-        results = race([partial(pair[k].append, batches[k], expected_last=last) for k in range(2)])  # type: ignore[arg-type]
+        results = race_threads([partial(pair[k].append, batches[k], expected_last=last) for k in range(2)])  # type: ignore[arg-type]
         winner = one_winner(results, PreconditionFailed)
         winners.append(str(winner.append_id))
         for e in pair:
