@@ -33,6 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import EMPTY, EngineStats, HistoryEngine
+from engine.log.base import record_key
 from projections import BatchEvent, ClearEvent, ProjectedEvent, Projection, ProjectionTx, TurnReplacedEvent
 from schemas import (
     AppendConflict,
@@ -56,6 +57,7 @@ from schemas import (
     TurnNotReplaceable,
     WindowTooSmall,
 )
+from schemas.events import TurnReplaced, encode_event
 from tests.conformance.turns_model import Expected, RefConversation, RefRow, Verdict, interrupted, total_bytes
 
 __all__ = ["Backend", "TurnsContract"]
@@ -608,6 +610,11 @@ def user_turn(conv: str, aid: str, text: str, answer: str | None = None, **meta:
                                                                    metadata=meta or None)])
 
 
+def history_of(engine: HistoryEngine, conv: str) -> list[tuple[object, ...]]:
+    """Everything ``entries(include_hidden=True)`` shows, ``created_at`` included."""
+    return [(*stored_key(e), e.created_at) for e in engine.entries(conv, include_hidden=True)]
+
+
 def texts(engine: HistoryEngine, conv: str) -> list[str]:
     return [m.text() for m in engine.read(conv)]
 
@@ -730,6 +737,30 @@ class TurnsContract:
         for runner in runners:
             for m in runner.convs:
                 check_mirror(engine, LateTurnsMirror.name, m)
+
+    def test_malformed_replacements_on_the_log_are_poison_on_every_replay(self, backend: Backend) -> None:
+        """A TurnReplaced record another writer put on the log with an unknown reason or without a
+        leading user message is quarantined (docs/events.md §6), never admitted or refused."""
+        bad = [TurnReplaced.of(user_turn("c", "p1", "x"), 0, "a1/0", "regenerate"),
+               TurnReplaced.of(Batch("c", "p2", [Message.assistant("y")]), 0, "a1/0", "edit")]
+        with backend.open() as eng:
+            eng.append(user_turn("c", "a1", "x"))
+            before = eng.stats()
+            positions = [eng.log.append(record_key("c", e.append_id), encode_event(e)) for e in bad]
+            assert eng.catch_up(timeout=30)
+            after = eng.stats()
+            assert (after.corrupt - before.corrupt, after.accepted, after.not_replaceable) == \
+                (2, before.accepted, before.not_replaceable)
+            poison = eng.poison()
+            assert [p for p, _ in poison] == positions
+            assert "regenerate" in poison[0][1] and "user message" in poison[1][1]
+            assert texts(eng, "c") == ["x", "answer to x"]
+            eng.replace_turn(user_turn("c", "p1", "x", "fine"), "a1/0", "retry")  # the append id is still free
+            listed = history_of(eng, "c")
+        backend.drop_state()
+        with backend.open() as eng:
+            assert eng.poison() == poison
+            assert history_of(eng, "c") == listed
 
     # -- one instance, many threads -------------------------------------------------------------
     def test_threads_racing_to_replace_one_turn_one_wins(self, engine: HistoryEngine) -> None:

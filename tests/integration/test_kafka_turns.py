@@ -7,13 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from engine import EMPTY, HistoryEngine
 from schemas import Batch, Message, PreconditionFailed, Receipt, TurnNotReplaceable
-from tests.conformance.turns_contract import TurnsContract, counters, race_threads, stored_key, user_turn
+from tests.conformance.turns_contract import TurnsContract, counters, history_of, race_threads, user_turn
 from tests.integration.test_kafka_engine import KafkaBackend
 
 pytestmark = pytest.mark.kafka
@@ -43,11 +42,6 @@ def pair(backend: KafkaBackend, tmp_path: Path) -> Iterator[list[HistoryEngine]]
         e.close()
 
 
-def history(engine: HistoryEngine, conv: str) -> list[tuple[Any, ...]]:
-    """Everything ``entries(include_hidden=True)`` shows, ``created_at`` included."""
-    return [(*stored_key(e), e.created_at) for e in engine.entries(conv, include_hidden=True)]
-
-
 def one_winner(results: list[Receipt | Exception], loser: type[Exception]) -> Receipt:
     receipts = [r for r in results if isinstance(r, Receipt)]
     refused = [r for r in results if isinstance(r, loser)]
@@ -62,8 +56,8 @@ def a_fresh_instance_agrees(backend: KafkaBackend, state: Path, engines: list[Hi
         e.catch_up()
     with backend.open(state) as fresh:
         for conv in convs:
-            assert {tuple(map(tuple, history(e, conv))) for e in [*engines, fresh]} == \
-                {tuple(map(tuple, history(fresh, conv)))}
+            assert {tuple(map(tuple, history_of(e, conv))) for e in [*engines, fresh]} == \
+                {tuple(map(tuple, history_of(fresh, conv)))}
         assert {counters(e.stats()) for e in engines} == {counters(fresh.stats())}
         assert fresh.stats().accepted == accepted
 
@@ -90,7 +84,7 @@ def test_two_instances_racing_replace_turn_have_one_winner_everywhere(
             e.read(conv, at_least=winner)
             now = e.latest_turn(conv)
             assert now is not None and now.id == f"{winner.append_id}/0" and now.position > latest.position
-        assert history(pair[0], conv) == history(pair[1], conv)
+        assert history_of(pair[0], conv) == history_of(pair[1], conv)
         hidden = [e for e in pair[0].entries(conv, include_hidden=True) if e.hidden]
         assert {e.superseded_by for e in hidden[-2:]} == {f"{winner.append_id}/0"}
     visible = pair[1].entries(conv)
@@ -110,7 +104,7 @@ def test_two_instances_racing_optimistic_appends_have_one_winner_everywhere(
         winners.append(str(winner.append_id))
         for e in pair:
             e.read(conv, at_least=winner)
-        assert history(pair[0], conv) == history(pair[1], conv)
+        assert history_of(pair[0], conv) == history_of(pair[1], conv)
         last = winner
     assert [e.append_id for e in pair[0].entries(conv)][::2] == winners
     a_fresh_instance_agrees(backend, tmp_path / "fresh", pair, [conv], accepted=ROUNDS)
