@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +73,8 @@ def _writes(root: Path, fsync: FsyncPolicy, n: int) -> dict[str, Any]:
             else:
                 reason = "retry"
             replacement = _turn("replaced", f"r-{i + 1}", question, f"answer {i}")
-            a = _timed(lambda b=plain: engine.append(b))
-            r = _timed(lambda b=replacement, old=latest, why=reason: engine.replace_turn(b, old, why))
+            a = _timed(partial(engine.append, plain))
+            r = _timed(partial(engine.replace_turn, replacement, latest, reason))
             latest = f"r-{i + 1}/0"
             if i >= warmup:
                 appends.append(a)

@@ -33,12 +33,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine import EMPTY, EngineStats, HistoryEngine
+from engine.facade import _Empty
 from engine.log.base import record_key
 from projections import BatchEvent, ClearEvent, ProjectedEvent, Projection, ProjectionTx, TurnReplacedEvent
 from schemas import (
     AppendConflict,
+    AppendID,
     Batch,
     ConversationClosed,
+    ConversationID,
     HistoryPosition,
     HistoryTurn,
     InvalidBatch,
@@ -136,7 +139,7 @@ class BadInputOp:
 
 Op = AppendOp | ReplaceOp | ResendOp | ConflictOp | ResendRefusedOp | ClearOp | BadInputOp
 
-_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=6)
+_TEXT = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=6)
 _META = st.sampled_from(("none", "none", "none", "interrupted", "interrupted", "interrupted_string",
                          "interrupted_false", "number"))
 _KIND = st.sampled_from(("user", "user", "assistant", "assistant", "assistant", "tool_round", "system"))
@@ -268,7 +271,8 @@ class Runner:
 
     def ghost(self, conv: int) -> Receipt:
         """A receipt of an append id the conversation never accepted."""
-        return Receipt(self.convs[conv].cid, f"ghost-{self.token()}", "sha256:" + "0" * 64, LogPosition(0, 0))
+        return Receipt(ConversationID(self.convs[conv].cid), AppendID(f"ghost-{self.token()}"), "sha256:" + "0" * 64,
+                       LogPosition(0, 0))
 
     # -- executing ----------------------------------------------------------------------------
     def run(self, ops: list[Op], *, after_each: Callable[[Runner, int], None] | None = None) -> None:
@@ -473,11 +477,11 @@ def check_conversation(engine: HistoryEngine, m: RefConversation) -> None:
         for unit in ("turn", "message"):
             for budget in budgets:
                 rows, truncated = m.within_bytes(budget, unit, after, before)
-                load = engine.read_within_bytes(c, budget, after=after, before=before, unit=unit)  # type: ignore[arg-type]
+                load = engine.read_within_bytes(c, budget, after=after, before=before, unit=unit)
                 assert ([stored_key(e) for e in load.messages], load.truncated) == (keys_of(rows), truncated), \
                     (budget, unit, after, before)
                 check_created(m, load.messages)
-                sources = engine.turn_sources(c, budget, after=after, before=before, unit=unit)  # type: ignore[arg-type]
+                sources = engine.turn_sources(c, budget, after=after, before=before, unit=unit)
                 assert [(s.id, s.role.value, s.content, s.interrupted) for s in sources.messages] == \
                     [(r.id, r.message.role.value, r.message.content_json(), interrupted(r.message)) for r in rows], \
                     (budget, unit, after, before)
@@ -697,9 +701,9 @@ class TurnsContract:
             for after in [HistoryPosition.START, *(e.position for e in listed if e.hidden)][:4]:
                 for budget in (1, max(total // 3, 1), total + 1, 1 << 40):
                     for unit in ("turn", "message"):
-                        load = engine.read_within_bytes(c, budget, after=after, unit=unit)  # type: ignore[arg-type]
+                        load = engine.read_within_bytes(c, budget, after=after, unit=unit)
                         assert not hidden & {e.id for e in load.messages}
-                        sources = engine.turn_sources(c, budget, after=after, unit=unit)  # type: ignore[arg-type]
+                        sources = engine.turn_sources(c, budget, after=after, unit=unit)
                         assert not hidden & {s.id for s in sources.messages}
             assert engine.measure(c).messages == len(visible)
             latest = engine.latest_turn(c)
@@ -781,7 +785,7 @@ class TurnsContract:
         assert len(engine.entries("race", include_hidden=True)) == 8
 
     def test_threads_racing_with_one_expected_last_one_wins(self, engine: HistoryEngine) -> None:
-        last: object = EMPTY
+        last: Receipt | _Empty = EMPTY
         for round_ in range(3):
             results = race_threads([
                 partial(engine.append, user_turn("race", f"o{round_}-{k}", f"from {k}"), expected_last=last)
