@@ -18,7 +18,7 @@ from typing import Any
 
 __all__ = ["NAMES", "run_all"]
 
-NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "kafka")
+NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka")
 
 
 def run_all(argv: list[str] | None = None) -> int:
