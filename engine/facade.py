@@ -49,7 +49,7 @@ __all__ = ["EMPTY", "EngineStats", "HistoryEngine", "Progress"]
 
 log = logging.getLogger("histlog.engine")
 
-STATE_FORMAT = b"2"
+STATE_FORMAT = b"3"
 """Version of the RocksDB layout (projections/keys.py); a state of another version is rebuilt."""
 
 Progress = Callable[[int, int], None]

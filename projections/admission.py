@@ -164,22 +164,23 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     if isinstance(event, TurnReplaced):
         if batch.messages[0].role != "user":
             return _corrupt("a replacement turn must start with its user message")
-        refusal = _check_replaceable(tx, conv, row, event, batch)
+        latest = full.latest_turn(tx, conv, row)
+        refusal = _refusal(tx, conv, latest, event, batch)
         if refusal:
             return Decision(Outcome.NOT_REPLACEABLE, reason=refusal), None
-        latest = full.latest_turn(tx, conv, row)
-        assert latest is not None  # Invariant: _check_replaceable found it.
-        hidden = full.hide_latest_turn(tx, conv, row, latest[1], full.turn_id(append_id, 0), event.reason,
-                                       event.created_at_ms)
+        assert latest is not None  # Invariant: _refusal refuses without a latest turn.
+        first_seq, first_ord, hidden = full.replace_latest_turn(tx, conv, row, latest[1], batch, event.reason,
+                                                                event.created_at_ms)
     elif event.expected_last is not None and event.expected_last != row.last_append:
         expected = repr(event.expected_last) if event.expected_last else "no append yet"
         found = repr(row.last_append) if row.last_append else "none"
         return Decision(Outcome.PRECONDITION_FAILED, reason=f"expected last append {expected}, found {found}"), None
-    first_seq = full.append(tx, conv, row, batch, event.created_at_ms)
+    else:
+        first_seq, first_ord = full.append(tx, conv, row, batch, event.created_at_ms)
     row.last_append = append_id
     tx.put(keys.conv_key(conv), row.encode())
     tx.put(rkey, keys.ReceiptRow(event.digest, position.partition, position.offset, first_seq,
-                                 len(batch)).encode())
+                                 len(batch), first_ord).encode())
     decision = Decision(Outcome.ACCEPTED, event.digest, position)
     if not want_event:
         return decision, None
@@ -190,16 +191,16 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     return decision, BatchEvent(conversation_id, append_id, batch.messages, event.digest, position, created, first_seq)
 
 
-def _check_replaceable(tx: Tx, conv: bytes, row: keys.ConversationRow, event: TurnReplaced, batch: Batch) -> str:
-    """Why ``event`` may not replace its turn ("" when it may)."""
-    latest = full.latest_turn(tx, conv, row)
+def _refusal(tx: Tx, conv: bytes, latest: tuple[str, int] | None, event: TurnReplaced, batch: Batch) -> str:
+    """Why ``event`` may not replace its turn ("" when it may); ``latest`` is the latest visible
+    turn's ``(id, first ordinal)``."""
     if latest is None:
         return f"turn {event.old_turn_id!r} is not the latest visible turn (the conversation has no turn)"
-    latest_id, first_seq = latest
+    latest_id, first_ord = latest
     if latest_id != event.old_turn_id:
         return f"turn {event.old_turn_id!r} is not the latest visible turn ({latest_id!r} is)"
     if event.reason == "retry":
-        source = tx.get(keys.source_key(conv, first_seq))
+        source = tx.get(keys.source_key(conv, first_ord))
         assert source is not None  # Invariant: visible messages have their N row.
         if keys.SourceRow.decode(source)[6] != batch.messages[0].content_json():
             return "a retry keeps the user message; its content differs from the old turn's (use reason 'edit')"

@@ -1,6 +1,7 @@
-"""The full projection: every accepted message by ``(conversation, seq)``, plus the indexes the
-window, budget, turn-source, measure and cursor reads need (system messages, narrowed turn
-sources, running sums, first seq of each turn) and the summary row.
+"""The full projection: every visible message by ``(conversation, ordinal)``, plus the indexes
+the window, budget, turn-source, measure and cursor reads need (system messages, narrowed turn
+sources, running sums, each turn's first message) and the summary row; the hidden messages of
+replaced turns by position. ``keys`` explains why the visible rows are keyed by ordinal.
 
 Turn rule (API.md ``HistoryPosition``): the turn position advances at every user message and is
 0 before the first one. A turn group starts at each user message, or at the first non-system
@@ -13,43 +14,46 @@ from projections import keys
 from projections.store import Tx
 from schemas.batch import Batch
 
-__all__ = ["append", "clear", "hide_latest_turn", "latest_turn", "turn_id"]
+__all__ = ["append", "clear", "latest_turn", "replace_latest_turn", "turn_id"]
 
 _USER = keys.ROLE_CODES["user"]
 _SYSTEM = keys.ROLE_CODES["system"]
+_VISIBLE = (keys.message_key, keys.source_key, keys.aggregate_key)
 
 
-def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch, created_at_ms: int) -> int:
-    """Store the batch's messages after the conversation's last one; update ``row`` in place.
+def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch, created_at_ms: int) -> tuple[int, int]:
+    """Store the batch's messages after the conversation's last visible one; update ``row`` in
+    place. Per message: the full row (``M``), the turn-source row (``N``), the running sums before
+    it (``A``), the system index (``S``) and, when it opens a turn, the turn index (``T``).
 
-    Per message: the full row (``M``), the turn-source row (``N``), the running sums before it
-    (``A``), the system index (``S``) and, when it opens a turn, the turn index (``T``).
-    Returns the first sequence number assigned.
+    Returns the first sequence number and the first ordinal assigned.
     """
     first_seq = seq = row.next_seq
+    first_ord = row.messages
     aid = batch.append_id.encode("utf-8")
     for index, message in enumerate(batch.messages):
+        ord_ = row.messages
         role = keys.ROLE_CODES[message.role]
         if role == _USER:
             row.turn += 1
-        if role == _USER or row.messages == 0:  # the first message of a turn position
+        if role == _USER or ord_ == 0:  # the first message of a turn position
             row.turns += 1
-            tx.put(keys.turn_key(conv, row.turn), keys.u64(seq))
+            tx.put(keys.turn_key(conv, row.turn), keys.turn_value(seq, ord_))
         flags = keys.FLAG_INTERRUPTED if message.metadata.get("interrupted") == "true" else 0
         content = message.content_json()
         size = len(content)
-        tx.put(keys.message_key(conv, seq), keys.MessageRow.pack(
-            row.turn, created_at_ms, index, role, flags, size, aid, message.canonical_json()))
-        tx.put(keys.source_key(conv, seq), keys.SourceRow.pack(
+        tx.put(keys.message_key(conv, ord_), keys.MessageRow.pack(
+            row.turn, seq, created_at_ms, index, role, flags, size, aid, message.canonical_json()))
+        tx.put(keys.source_key(conv, ord_), keys.SourceRow.pack(
             row.turn, created_at_ms, index, role, flags, aid, content))
-        tx.put(keys.aggregate_key(conv, seq), keys.AggregateRow.pack(row.messages, row.content_bytes, row.turns - 1))
+        tx.put(keys.aggregate_key(conv, ord_), keys.AggregateRow.pack(ord_, row.content_bytes, row.turns - 1))
         if role == _SYSTEM:
-            tx.put(keys.system_key(conv, seq), b"")
+            tx.put(keys.system_key(conv, ord_), b"")
         row.messages += 1
         row.content_bytes += size
         seq += 1
     row.next_seq = seq
-    return first_seq
+    return first_seq, first_ord
 
 
 def turn_id(append_id: str, index: int) -> str:
@@ -58,7 +62,7 @@ def turn_id(append_id: str, index: int) -> str:
 
 
 def latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow) -> tuple[str, int] | None:
-    """``(turn id, first seq)`` of the latest visible user-led turn, or None.
+    """``(turn id, first ordinal)`` of the latest visible user-led turn, or None.
 
     Every turn starts at a user message and a replacement always opens a new one, so the
     latest visible user-led turn is the latest turn position given, when it is not 0."""
@@ -67,31 +71,45 @@ def latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow) -> tuple[str, in
     raw = tx.get(keys.turn_key(conv, row.turn))
     if raw is None:
         return None
-    seq = keys.read_u64(raw)
-    message = tx.get(keys.message_key(conv, seq))
+    _, first_ord = keys.read_turn_value(raw)
+    message = tx.get(keys.message_key(conv, first_ord))
     assert message is not None  # Invariant: T rows index visible M rows (same WriteBatch).
     head = keys.MessageRow.decode(message)
-    return turn_id(head.append_id, head.index), seq
+    return turn_id(head.append_id, head.index), first_ord
 
 
-def hide_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_seq: int, superseded_by: str,
-                     reason: str, at_ms: int) -> range:
-    """Move the latest visible turn (``first_seq`` to the last message) out of every read
-    projection into the hidden rows, and roll the summary back to what it was before that turn
-    (its running sums say so). Point deletes only: a turn is small, and range tombstones would
-    pile up under many retries. Returns the hidden seqs."""
-    raw = tx.get(keys.aggregate_key(conv, first_seq))
+def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_ord: int, batch: Batch,
+                        reason: str, created_at_ms: int) -> tuple[int, int, range]:
+    """Hide the latest visible turn (``first_ord`` to the last visible message) and append
+    ``batch`` as the next turn, in ``tx``; update ``row``.
+
+    The hidden messages move to ``H`` (keyed by position, with the replacing turn's id and the
+    reason); the summary rolls back to its running sums before the turn; the replacement's rows
+    overwrite the hidden ones' ordinals, and ordinals it does not reach are deleted (they lie past
+    the new last message). Returns the replacement's first seq and ordinal and the hidden seqs.
+    """
+    raw = tx.get(keys.aggregate_key(conv, first_ord))
     assert raw is not None  # Invariant: every visible message has its A row (same WriteBatch).
+    old_count = row.messages
     row.messages, row.content_bytes, row.turns = keys.AggregateRow.decode(raw)
-    hidden = range(first_seq, row.next_seq)
-    for seq in hidden:
-        message = tx.get(keys.message_key(conv, seq))
-        assert message is not None  # Invariant: the latest turn is the tail, and the tail is visible.
-        tx.put(keys.hidden_key(conv, row.turn, seq), keys.HiddenRow.pack(at_ms, reason, superseded_by, message))
-        for key in (keys.message_key, keys.source_key, keys.aggregate_key, keys.system_key):
-            tx.delete(key(conv, seq))
+    superseded_by = turn_id(batch.append_id, 0)
+    hidden_first_seq = row.next_seq
+    for ord_ in range(first_ord, old_count):
+        message = tx.get(keys.message_key(conv, ord_))
+        assert message is not None  # Invariant: ordinals below the count are all visible rows.
+        head = keys.MessageRow.decode(message)
+        hidden_first_seq = min(hidden_first_seq, head.seq)
+        tx.put(keys.hidden_key(conv, head.turn, head.seq),
+               keys.HiddenRow.pack(created_at_ms, reason, superseded_by, message))
+        if head.role == _SYSTEM:
+            tx.delete(keys.system_key(conv, ord_))
     tx.delete(keys.turn_key(conv, row.turn))
-    return hidden
+    hidden = range(hidden_first_seq, row.next_seq)
+    first_seq, new_first_ord = append(tx, conv, row, batch, created_at_ms)
+    for ord_ in range(row.messages, old_count):  # the replacement is shorter than what it hid
+        for key in _VISIBLE:
+            tx.delete(key(conv, ord_))
+    return first_seq, new_first_ord, hidden
 
 
 def clear(tx: Tx, conv: bytes) -> None:

@@ -4,20 +4,26 @@ All integers are fixed-width big-endian so byte order is numeric order. IDs cann
 control characters, so ``0x1F`` after a conversation id ends it unambiguously and
 ``conv + 0x20`` is the exclusive upper bound of everything keyed under ``conv + 0x1F``.
 
+The visible history is keyed by **ordinal** (``ord``: how many visible messages precede the
+message, 0-based), not by seq: a turn replacement always hides the visible *tail*, so the
+replacement turn takes over the hidden turn's ordinals and overwrites its rows in place. The
+visible keyspaces therefore never have holes (deleted rows a scan would have to step over, however
+many turns were replaced); the hidden messages move to ``H``. A message's seq is in its row.
+
 =====================  ==============================================  =========================================
 key                    meaning                                         value
 =====================  ==============================================  =========================================
 ``C`` conv             conversation summary                            ``ConversationRow``
 ``R`` conv 1F append   receipt evidence of an accepted append          ``ReceiptRow``
-``M`` conv 1F seq      a stored message                                ``MessageRow`` header + canonical JSON
-``S`` conv 1F seq      index of system messages (window merging)       empty
-``N`` conv 1F seq      turn source: the message narrowed (own space)   ``SourceRow`` header + content JSON
-``A`` conv 1F seq      running sums before the message (measure)       ``AggregateRow``
-``T`` conv 1F turn     first seq of each visible turn (cursor seeks)   seq
+``M`` conv 1F ord      a visible message                               ``MessageRow`` header + canonical JSON
+``S`` conv 1F ord      index of visible system messages (window)       empty
+``N`` conv 1F ord      turn source: the message narrowed (own space)   ``SourceRow`` header + content JSON
+``A`` conv 1F ord      running sums before the message (measure)       ``AggregateRow``
+``T`` conv 1F turn     each visible turn's first message (cursors)     seq, ord
 ``H`` conv 1F turn seq a hidden message (its turn was replaced)       ``HiddenRow`` + ``MessageRow``
 ``P`` name 00 part     checkpoint: next offset to apply                offset
 ``Q`` part offset      a quarantined poison record                     reason (UTF-8)
-``X``                  admission outcome counters                      5 x u64
+``X``                  admission outcome counters                      7 x u64
 ``m`` name             metadata (backend identity)                     JSON
 =====================  ==============================================  =========================================
 """
@@ -44,10 +50,12 @@ __all__ = [
     "message_key",
     "meta_key",
     "poison_key",
+    "read_turn_value",
     "receipt_key",
     "source_key",
     "system_key",
     "turn_key",
+    "turn_value",
 ]
 
 SEP = b"\x1f"
@@ -76,25 +84,38 @@ def receipt_key(conv: bytes, append_id: bytes) -> bytes:
     return b"R" + conv + SEP + append_id
 
 
-def message_key(conv: bytes, seq: int) -> bytes:
-    return b"M" + conv + SEP + _U64.pack(seq)
+def message_key(conv: bytes, ord_: int) -> bytes:
+    return b"M" + conv + SEP + _U64.pack(ord_)
 
 
-def system_key(conv: bytes, seq: int) -> bytes:
-    return b"S" + conv + SEP + _U64.pack(seq)
+def system_key(conv: bytes, ord_: int) -> bytes:
+    return b"S" + conv + SEP + _U64.pack(ord_)
 
 
-def source_key(conv: bytes, seq: int) -> bytes:
-    return b"N" + conv + SEP + _U64.pack(seq)
+def source_key(conv: bytes, ord_: int) -> bytes:
+    return b"N" + conv + SEP + _U64.pack(ord_)
 
 
-def aggregate_key(conv: bytes, seq: int) -> bytes:
-    return b"A" + conv + SEP + _U64.pack(seq)
+def aggregate_key(conv: bytes, ord_: int) -> bytes:
+    return b"A" + conv + SEP + _U64.pack(ord_)
 
 
 def hidden_key(conv: bytes, turn: int, seq: int) -> bytes:
     """Keyed by position ``(turn, seq)``, so a cursor is a key: hidden rows are read in O(result)."""
     return b"H" + conv + SEP + _U64.pack(turn) + _U64.pack(seq)
+
+
+_TURN = struct.Struct(">QQ")
+
+
+def turn_value(first_seq: int, first_ord: int) -> bytes:
+    return _TURN.pack(first_seq, first_ord)
+
+
+def read_turn_value(b: bytes) -> tuple[int, int]:
+    """``(first_seq, first_ord)`` of a turn."""
+    first_seq, first_ord = _TURN.unpack(b)
+    return first_seq, first_ord
 
 
 def turn_key(conv: bytes, turn: int) -> bytes:
@@ -149,29 +170,32 @@ class ConversationRow:
         return cls(bool(closed), next_seq, turn, turns, messages, content, b[_CONV.size:].decode("utf-8"))
 
 
-_RECEIPT = struct.Struct(">IQQI")
+_RECEIPT = struct.Struct(">IQQIQ")
 
 
 @dataclass(frozen=True, slots=True)
 class ReceiptRow:
-    """Evidence of an accepted append: its digest, log position and message seq range."""
+    """Evidence of an accepted append: its digest, log position, message seq range, and the
+    ordinal its first message got (its rows are there unless its turn was replaced since)."""
 
     digest: str
     partition: int
     offset: int
     first_seq: int
     count: int
+    first_ord: int
 
     def encode(self) -> bytes:
-        return _RECEIPT.pack(self.partition, self.offset, self.first_seq, self.count) + self.digest.encode()
+        return _RECEIPT.pack(self.partition, self.offset, self.first_seq, self.count,
+                             self.first_ord) + self.digest.encode()
 
     @classmethod
     def decode(cls, b: bytes) -> ReceiptRow:
-        partition, offset, first_seq, count = _RECEIPT.unpack_from(b)
-        return cls(b[_RECEIPT.size:].decode(), partition, offset, first_seq, count)
+        partition, offset, first_seq, count, first_ord = _RECEIPT.unpack_from(b)
+        return cls(b[_RECEIPT.size:].decode(), partition, offset, first_seq, count, first_ord)
 
 
-_MSG = struct.Struct(">QQIBBIH")
+_MSG = struct.Struct(">QQQIBBIH")
 FLAG_INTERRUPTED = 1
 
 
@@ -180,6 +204,7 @@ class MessageRow:
     """A stored message: where it sits, where it came from, and its canonical JSON."""
 
     turn: int
+    seq: int
     created_at_ms: int
     index: int  # index in its batch
     role: int
@@ -189,32 +214,32 @@ class MessageRow:
     canonical: bytes
 
     def encode(self) -> bytes:
-        return self.pack(self.turn, self.created_at_ms, self.index, self.role, self.flags,
+        return self.pack(self.turn, self.seq, self.created_at_ms, self.index, self.role, self.flags,
                          self.content_bytes, self.append_id.encode("utf-8"), self.canonical)
 
     @staticmethod
-    def pack(turn: int, created_at_ms: int, index: int, role: int, flags: int, content_bytes: int,
+    def pack(turn: int, seq: int, created_at_ms: int, index: int, role: int, flags: int, content_bytes: int,
              append_id: bytes, canonical: bytes) -> bytes:
         """``encode`` without building the object (the projector's hot path)."""
-        return b"".join((_MSG.pack(turn, created_at_ms, index, role, flags, content_bytes, len(append_id)),
+        return b"".join((_MSG.pack(turn, seq, created_at_ms, index, role, flags, content_bytes, len(append_id)),
                          append_id, canonical))
 
     @classmethod
     def decode(cls, b: bytes) -> MessageRow:
-        turn, created, index, role, flags, content, alen = _MSG.unpack_from(b)
+        turn, seq, created, index, role, flags, content, alen = _MSG.unpack_from(b)
         start = _MSG.size
-        return cls(turn, created, index, role, flags, content,
+        return cls(turn, seq, created, index, role, flags, content,
                    b[start:start + alen].decode("utf-8"), b[start + alen:])
 
     @staticmethod
     def canonical_of(b: bytes) -> bytes:
         """The message's canonical JSON, without decoding the rest of the row."""
-        return b[_MSG.size + _MSG.unpack_from(b)[6]:]
+        return b[_MSG.size + _MSG.unpack_from(b)[7]:]
 
     @staticmethod
     def decode_head(b: bytes) -> tuple[int, int, int]:
         """``(turn, role, content_bytes)`` without copying the payload."""
-        turn, _, _, role, _, content, _ = _MSG.unpack_from(b)
+        turn, _, _, _, role, _, content, _ = _MSG.unpack_from(b)
         return turn, role, content
 
 

@@ -61,7 +61,9 @@ class StateStore:
 
 class Snapshot:
     """A point-in-time view: one RocksDB iterator (it pins the state at creation) used for
-    every seek and point read of one query, so a query never mixes two projector steps."""
+    every seek and point read of one query, so a query never mixes two projector steps.
+    Because there is one iterator, a ``get`` (or another scan) moves it: never call one while a
+    ``scan`` generator is still being consumed; collect the scan first, or stop after the get."""
 
     __slots__ = ("_it", "_store")
 

@@ -932,8 +932,6 @@ class TurnsContract:
         with pytest.raises(ConversationClosed):
             engine.append(user_turn("c", "a3", "z"), expected_last=EMPTY)
 
-    @pytest.mark.xfail(strict=True, reason="Reads.turn parses the index with str.isdigit()/int(): "
-                       "'a1/00' and 'a1/\u0660' resolve to message a1/0, 'a1/\u00b2' raises ValueError")
     def test_turn_lookup_knows_only_the_ids_entries_shows(self, engine: HistoryEngine) -> None:
         engine.append(user_turn("c", "a1", "x"))
         assert engine.turn("c", "a1/0").id == "a1/0"

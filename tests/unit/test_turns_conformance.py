@@ -133,10 +133,6 @@ def test_point_reads_do_not_walk_over_replaced_turns(
     assert _bounded_answer(two_histories, monkeypatch, read, "replaced") == _answer(read(two_histories, "plain"))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "hidden rows are point-deleted in place (projections/full.py hide_latest_turn), so the reverse scans "
-    "of the M and N keyspaces step over one tombstone (two entries in the memtable) per hidden message "
-    "between visible turns: O(window + hidden rows in between); bench_turns shows the time"))
 @pytest.mark.parametrize("name", list(WINDOW_READS))
 def test_window_reads_do_not_walk_over_replaced_turns(
         two_histories: HistoryEngine, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
