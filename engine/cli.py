@@ -966,7 +966,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "Run the benchmarks of bench/ (source checkout only): each prints ratios against a baseline "
                 "measured in the same run. The kafka one uses HISTLOG_KAFKA or starts a broker with scripts/kafka.")
     p.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
-    p.add_argument("--only", metavar="NAMES", help="comma-separated subset: schemas,codec,log,engine,kafka")
+    p.add_argument("--only", metavar="NAMES",
+                   help="comma-separated subset: schemas,codec,log,engine,reads,middleware,turns,kafka")
     p.add_argument("--json", metavar="PATH", help="where to write the results (default bench/results/latest.json)")
     return parser
 
