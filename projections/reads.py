@@ -293,29 +293,27 @@ class Reads:
     def within_bytes(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None,
                      unit: Unit) -> HistoryLoad[StoredMessage]:
         """The byte-budgeted window (API.md ``read_within_bytes``) in O(window)."""
-        bounds = _cursors(after, before)
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if bounds is _NOTHING or row is None:
-            return HistoryLoad([], False)
-        lo, hi = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
-        rows, truncated = self._within_bytes(snap, keys.message_key, c, lo, hi, max_bytes, unit, _message_head)
+        rows, truncated = self._budget(conv, max_bytes, after, before, unit, keys.message_key, _message_head)
         return HistoryLoad([_stored(keys.MessageRow.decode(v)) for v in rows], truncated)
 
     def turn_sources(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None,
                      unit: Unit) -> HistoryLoad[TurnSource]:
         """The same window over the narrow turn-source rows: no message row is read."""
+        rows, truncated = self._budget(conv, max_bytes, after, before, unit, keys.source_key,
+                                       keys.SourceRow.decode_head)
+        return HistoryLoad([_source(v) for v in rows], truncated)
+
+    def _budget(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None, unit: Unit,
+                key: Callable[[bytes, int], bytes], head: Callable[[bytes], tuple[int, int]]
+                ) -> tuple[list[bytes], bool]:
         bounds = _cursors(after, before)
         snap = self.store.iterator()
         c = conv.encode("utf-8")
         row = self._open_row(snap, c)
         if bounds is _NOTHING or row is None:
-            return HistoryLoad([], False)
+            return [], False
         lo, hi = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
-        rows, truncated = self._within_bytes(snap, keys.source_key, c, lo, hi, max_bytes, unit,
-                                             keys.SourceRow.decode_head)
-        return HistoryLoad([_source(v) for v in rows], truncated)
+        return self._within_bytes(snap, key, c, lo, hi, max_bytes, unit, head)
 
     def measure(self, conv: str, after: HistoryPosition) -> Measure:
         """Messages, content bytes and turns after ``after``: the conversation's totals minus the
