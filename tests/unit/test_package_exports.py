@@ -9,8 +9,10 @@ import pytest
 API_NAMES = {
     "engine": {"HistoryEngine", "WindowReader", "EngineStats", "HistoryError", "AppendConflict",
                "ConversationClosed", "CommitUnconfirmed", "LogUnavailable", "CorruptLog", "Batch", "Receipt",
-               "HistoryMiddleware", "MiddlewareConfig", "CommitError", "uuid7"},
-    "projections": {"Projection", "ProjectionTx", "ProjectionView", "BatchEvent", "ClearEvent"},
+               "HistoryMiddleware", "MiddlewareConfig", "CommitError", "uuid7", "EMPTY", "HistoryLoad",
+               "HistoryTurn", "TurnSource", "Measure", "StoredMessage", "HistoryPosition", "TurnNotReplaceable",
+               "PreconditionFailed", "NotFound"},
+    "projections": {"Projection", "ProjectionTx", "ProjectionView", "BatchEvent", "ClearEvent", "TurnReplacedEvent"},
     "engine.log": {"Log", "LogCursor", "Record", "partition_for_key", "record_key"},
     "engine.adapters": {"from_openai", "to_openai", "from_openai_response", "from_anthropic", "to_anthropic",
                         "from_anthropic_response"},
