@@ -80,3 +80,21 @@ def test_a_failing_state_store_stops_the_projector_with_a_history_error(tmp_path
     monkeypatch.undo()
     with HistoryEngine.open(tmp_path / "d") as eng:  # the log kept the event: reopening applies it
         assert len(eng.read("c")) == 2
+
+
+def test_a_state_of_another_layout_version_is_rebuilt(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from projections.keys import meta_key
+    from projections.store import StateStore
+
+    with HistoryEngine.open(tmp_path) as eng:
+        for i in range(3):
+            eng.append(turn("c", f"a{i}", f"m{i}"))
+        expected = snapshot(eng)
+    store = StateStore(tmp_path / "state")
+    store.db.put(meta_key("format"), b"1")  # as a histlog with an older RocksDB layout left it
+    store.db.put(b"Mc\x1f" + bytes(8), b"garbage of the old layout")
+    store.close()
+    with caplog.at_level(logging.WARNING, logger="histlog.engine"), HistoryEngine.open(tmp_path) as eng:
+        assert snapshot(eng) == expected
+        assert eng.stats().accepted == 3
+    assert "another layout" in caplog.text
