@@ -18,9 +18,10 @@ are percentiles of the per-pair difference ("added ms").
   append (fsync ``always``, the default) or a buffered one (fsync ``never``): the difference
   between the two is the fsync.
 
-Readers: the engine itself (``read``: the whole history), ``WindowReader(engine, 20)`` (reads
-the whole history, then keeps a window of whole turns), and, for comparison, the engine's
-``window(cid, 20)`` projection (O(limit)) behind a two-line reader. The history each call sees
+Readers: the engine itself (``read``: the whole history), ``WindowReader`` over a plain reader
+(reads the whole history, then keeps a window of whole turns), and the engine's
+``window(cid, 20)`` projection (O(limit)), which is what ``WindowReader(engine, 20)`` asks when
+its reader is the engine itself. The history each call sees
 stays fixed: the reader reads the prefilled conversation, the writer appends to another one.
 """
 
@@ -82,7 +83,7 @@ def _readers(engine: HistoryEngine, conversation: str) -> dict[str, Any]:
     full = _Fixed(engine.read, conversation)
     return {
         "engine": full,
-        "WindowReader(engine, 20)": WindowReader(full, 20),
+        "WindowReader(reader, 20)": WindowReader(full, 20),
         "engine.window(20)": _Fixed(lambda c: engine.window(c, 20), conversation),
     }
 

@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import percentiles, progress_printer
-from engine import HistoryEngine, WindowReader
+from engine import HistoryEngine
+from projections.window import select_window
 from schemas import (
     Batch,
     HistoryLoad,
@@ -127,7 +128,7 @@ def _queries(engine: HistoryEngine, conv: str, middle: HistoryPosition) -> dict[
                                                                                           Callable[[], object]]]:
     """``name -> (projection query, naive baseline)``."""
     return {
-        "window(20)": (lambda: engine.window(conv, WINDOW), lambda: WindowReader(engine, WINDOW).read(conv)),
+        "window(20)": (lambda: engine.window(conv, WINDOW), lambda: select_window(engine.read(conv), WINDOW)),
         "read_within_bytes(8 KiB)": (lambda: engine.read_within_bytes(conv, BUDGET),
                                      lambda: _within_bytes(engine.entries(conv), BUDGET)),
         "turn_sources(8 KiB)": (lambda: engine.turn_sources(conv, BUDGET),
