@@ -4,8 +4,8 @@ It walks through, on the embedded default (or on Kafka with ``--kafka``): append
 receipts, an idempotent retry (the same receipt, nothing appended), a conflict (same append id, other content), a window
 that keeps only whole turns, a clear (the conversation is closed forever), a bot whose scripted
 model is wrapped by ``HistoryMiddleware`` (a tool round, a streamed reply, a persistence failure
-recovered through ``CommitError``), the stats, and a rebuild of the state from the log that must
-give the same state. ``run_demo`` returns 0 only if every check held.
+recovered through ``CommitError``, a regenerated answer replacing the last turn), the stats, and
+a rebuild of the state from the log that must give the same state, hidden turns included. ``run_demo`` returns 0 only if every check held.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import TextIO
 from engine.cli import ProgressBar, render_message
 from engine.facade import HistoryEngine
 from engine.middleware import HistoryMiddleware, MiddlewareConfig
-from schemas.batch import Batch, Receipt
+from schemas.batch import Batch, Receipt, StoredMessage
 from schemas.chat import ChatDelta, ChatRequest, ChatResponse, TextDelta, Usage
 from schemas.errors import AppendConflict, CommitError, ConversationClosed, HistoryError, LogUnavailable
 from schemas.messages import Message, Role, ToolCallPart, ToolOutput, ToolResultPart
@@ -146,8 +146,9 @@ class _Demo:
         self.check(False, f"{what} did not raise {kind.__name__}")
 
 
-def _snapshot(engine: HistoryEngine, names: list[str]) -> dict[str, list[Message]]:
-    return {c: engine.read(c) for c in sorted(set(names) | set(engine.conversations()))}
+def _snapshot(engine: HistoryEngine, names: list[str]) -> dict[str, list[StoredMessage]]:
+    """Every conversation's entries, hidden ones (replaced turns) included."""
+    return {c: engine.entries(c, include_hidden=True) for c in sorted(set(names) | set(engine.conversations()))}
 
 
 def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextIO | None = None,
@@ -316,3 +317,16 @@ def _middleware_part(d: _Demo, engine: HistoryEngine, conversation: str) -> None
                 "the CommitError recovery did not store exactly the batch once without a new model call")
         d.say(f"  a second retry returns the same receipt ✓; {len(stored)} messages stored; "
               f"model calls for this turn: {model.calls - calls_before} ✓")
+
+    def regenerate(request: ChatRequest) -> ChatResponse:
+        return ChatResponse(Message.assistant("Your next two orders ship free: code THANKS20."), "stop")
+
+    d.say("  the customer taps 'regenerate' → bot.retry(model): the new answer replaces the last turn")
+    answer = bot.retry(regenerate)(ChatRequest([system]), append_id="promo-retry")
+    stored = engine.read(conversation)
+    hidden = [e for e in engine.entries(conversation, include_hidden=True) if e.hidden]
+    d.check(len(stored) == 8 and stored[-1].text() == answer.text() and len(hidden) == 2,
+            "the retry did not replace exactly the last turn")
+    d.say(f"    {answer.text()!r}: still {len(stored)} visible messages; the old turn stays in the log, hidden "
+          f"({len(hidden)} messages, superseded by turn {hidden[0].superseded_by if hidden else '-'}, "
+          f"reason {hidden[0].reason if hidden else '-'})")
