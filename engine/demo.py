@@ -1,11 +1,12 @@
 """``histlog demo``: a scripted support-bot conversation that shows what histlog promises.
 
 It walks through, on the embedded default (or on Kafka with ``--kafka``): appends and their
-receipts, an idempotent retry (the same receipt, nothing appended), a conflict (same append id, other content), a window
-that keeps only whole turns, a clear (the conversation is closed forever), a bot whose scripted
-model is wrapped by ``HistoryMiddleware`` (a tool round, a streamed reply, a persistence failure
-recovered through ``CommitError``, a regenerated answer replacing the last turn), the stats, and
-a rebuild of the state from the log that must give the same state, hidden turns included. ``run_demo`` returns 0 only if every check held.
+receipts, an idempotent retry (the same receipt, nothing appended), a conflict (same append id,
+other content), a window that keeps only whole turns, a clear (the conversation is closed
+forever), a bot whose scripted model is wrapped by ``HistoryMiddleware`` (a tool round, a
+streamed reply, a persistence failure recovered through ``CommitError``, a regenerated answer
+replacing the last turn), the stats, and a rebuild of the state from the log that must give the
+same state, hidden turns included. ``run_demo`` returns 0 only if every check held.
 """
 
 from __future__ import annotations

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOptions
 
+from schemas.errors import HistoryError
+
 __all__ = ["StateStore", "Tx"]
 
 
@@ -75,10 +77,22 @@ class Snapshot:
         it = self._it
         it.seek(key)
         self._store.keys_read += 1
-        if it.valid() and it.key() == key:
+        if not it.valid():
+            self._check()
+            return None
+        if it.key() == key:
             value: bytes = it.value()
             return value
         return None
+
+    def _check(self) -> None:
+        """An iterator that stops being valid has either reached the end or failed (an I/O error,
+        an incomplete read): never let a failure pass for the end of the data."""
+        try:
+            self._it.status()
+        except Exception as e:  # rocksdict raises a plain Exception with RocksDB's status text
+            raise HistoryError(f"reading the state store failed ({e}); close and reopen the engine "
+                               "(a damaged state is rebuilt from the log if you delete it)") from e
 
     def scan(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Keys in ``[lower, upper)`` in key order."""
@@ -91,6 +105,7 @@ class Snapshot:
                 return
             yield k, it.value()
             it.next()
+        self._check()
 
     def scan_reverse(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Keys in ``[lower, upper)`` in reverse key order."""
@@ -104,6 +119,7 @@ class Snapshot:
             if k < upper:
                 yield k, it.value()
             it.prev()
+        self._check()
 
 
 class Tx:
