@@ -85,27 +85,28 @@ Known = dict[tuple[bytes, str], Batch]
 projector need not parse their bytes again. Records from elsewhere are always parsed."""
 
 
+_COUNTERS = {
+    Outcome.ACCEPTED: "accepted",
+    Outcome.DUPLICATE: "duplicates",
+    Outcome.CONFLICT: "conflicts",
+    Outcome.REJECTED_CLOSED: "rejected_closed",
+    Outcome.PRECONDITION_FAILED: "precondition_failed",
+    Outcome.NOT_REPLACEABLE: "not_replaceable",
+    Outcome.CORRUPT: "corrupt",
+}
+"""The ``keys.Stats`` counter of each outcome (a first clear counts nowhere)."""
+
+
 def admit(tx: Tx, stats: keys.Stats, position: LogPosition, key: bytes, value: bytes, *,
           known: Known | None = None, want_event: bool = False) -> tuple[Decision, ProjectedEvent | None]:
     """Decide one record and apply its effects to ``tx``; returns the decision and, when the
     record was accepted (or first closed a conversation) and ``want_event``, the event for
     custom projections."""
     decision, event = _admit(tx, position, key, value, known, want_event)
-    outcome = decision.outcome
-    if outcome is Outcome.ACCEPTED:
-        stats.accepted += 1
-    elif outcome is Outcome.DUPLICATE:
-        stats.duplicates += 1
-    elif outcome is Outcome.CONFLICT:
-        stats.conflicts += 1
-    elif outcome is Outcome.REJECTED_CLOSED:
-        stats.rejected_closed += 1
-    elif outcome is Outcome.PRECONDITION_FAILED:
-        stats.precondition_failed += 1
-    elif outcome is Outcome.NOT_REPLACEABLE:
-        stats.not_replaceable += 1
-    elif outcome is Outcome.CORRUPT:
-        stats.corrupt += 1
+    counter = _COUNTERS.get(decision.outcome)
+    if counter is not None:
+        setattr(stats, counter, getattr(stats, counter) + 1)
+    if decision.outcome is Outcome.CORRUPT:
         tx.put(keys.poison_key(position.partition, position.offset), decision.reason.encode("utf-8"))
     return decision, event
 
