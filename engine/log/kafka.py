@@ -239,6 +239,20 @@ class KafkaLog(Log):
         self._topic_id = str(info.get("topic_id") or "")
         return len(info["partitions"])
 
+    def _visible_after_creation(self, admin: Any) -> int:
+        """The new topic's partition count, once the broker answering describe knows it: in a
+        cluster, brokers learn a new topic from the controller a moment after it is created."""
+        deadline = time.monotonic() + self._request_timeout_ms / 1000
+        pause = 0.05
+        while True:
+            actual = self._describe_partitions(admin)
+            if actual is not None:
+                return actual
+            if time.monotonic() >= deadline:
+                raise kerr.UnknownTopicOrPartitionError(f"topic {self._topic} not visible after creation")
+            time.sleep(pause)  # back-off between metadata requests, bounded by the deadline
+            pause = min(pause * 2, 1.0)
+
     def _check_or_create(self, admin: Any, partitions: int | None, create: bool) -> int:
         actual = self._describe_partitions(admin)
         if actual is None:
@@ -265,9 +279,7 @@ class KafkaLog(Log):
                     f"cannot create Kafka topic {self._topic!r} with replication factor "
                     f"{self._replication_factor}: {exc}; the cluster has fewer brokers, "
                     f"lower replication_factor or add brokers.") from exc
-            actual = self._describe_partitions(admin)
-            if actual is None:
-                raise kerr.UnknownTopicOrPartitionError(f"topic {self._topic} not visible after creation")
+            actual = self._visible_after_creation(admin)
         if partitions is not None and actual != partitions:
             raise HistoryError(
                 f"Kafka topic {self._topic!r} has {actual} partitions but {partitions} were requested; "
