@@ -22,12 +22,11 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from bench.common import batch, conversation, event_bytes, percentiles, progress_printer, run_threads
+from bench.common import batch, conversation, event_bytes, latency, progress_printer, run_threads
 from engine import HistoryEngine
 from engine.log.base import record_key
 from engine.log.file import FileLog
@@ -141,14 +140,6 @@ def _replay(root: Path, batches: int, progress: bool) -> dict[str, Any]:
             "raw_scan_decode_per_s": round(scan_rate), "vs_raw_scan": round(replay_rate / scan_rate, 3)}
 
 
-def _latency(fn: Callable[[], object], n: int) -> tuple[float, float]:
-    samples = []
-    for _ in range(n):
-        t = time.perf_counter_ns()
-        fn()
-        samples.append((time.perf_counter_ns() - t) / 1000)
-    return percentiles(samples)
-
 
 def _reads(root: Path, sizes: list[int], n: int) -> list[dict[str, Any]]:
     out = []
@@ -157,8 +148,8 @@ def _reads(root: Path, sizes: list[int], n: int) -> list[dict[str, Any]]:
             conv = f"conv-{size}"
             for i in range(size // 2):
                 engine.append(batch(conv, f"a-{i}"))
-            r50, r99 = _latency(lambda c=conv: engine.read(c), max(n // max(size // 100, 1), 20))
-            w50, w99 = _latency(lambda c=conv: engine.window(c, 20), n)
+            r50, r99 = latency(lambda c=conv: engine.read(c), max(n // max(size // 100, 1), 20))
+            w50, w99 = latency(lambda c=conv: engine.window(c, 20), n)
             out.append({"messages": size, "read_p50_us": round(r50), "read_p99_us": round(r99),
                         "window20_p50_us": round(w50), "window20_p99_us": round(w99)})
     return out

@@ -17,18 +17,16 @@ length. Turns vary in size (a user message, 0-3 tool rounds, an answer); message
 
 from __future__ import annotations
 
-import gc
 import json
 import random
 import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench.common import percentiles, progress_printer
+from bench.common import latency, progress_printer
 from engine import HistoryEngine
 from projections.window import select_window
 from schemas import (
@@ -139,15 +137,6 @@ def _queries(engine: HistoryEngine, conv: str, middle: HistoryPosition) -> dict[
     }
 
 
-def _latency(fn: Callable[[], object], n: int) -> tuple[float, float]:
-    gc.collect()
-    samples = []
-    for _ in range(n):
-        t = time.perf_counter_ns()
-        fn()
-        samples.append((time.perf_counter_ns() - t) / 1000)
-    return percentiles(samples)
-
 
 def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
     sizes = QUICK_SIZES if quick else SIZES
@@ -162,8 +151,8 @@ def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
                 naive_n = max(5, min(n, NAIVE_MESSAGES // (4 if quick else 1) // size))
                 for name, (fast, naive) in _queries(engine, conv, middle).items():
                     assert fast() == naive(), name  # Invariant: the baseline computes the same result.
-                    p50, p99 = _latency(fast, n)
-                    n50, n99 = _latency(naive, naive_n)
+                    p50, p99 = latency(fast, n)
+                    n50, n99 = latency(naive, naive_n)
                     rows.append({"messages": size, "query": name, "p50_us": round(p50, 1), "p99_us": round(p99, 1),
                                  "naive_p50_us": round(n50, 1), "naive_p99_us": round(n99, 1),
                                  "samples": n, "naive_samples": naive_n, "ratio": round(n50 / p50, 1)})

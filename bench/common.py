@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
 import sys
 import threading
@@ -79,3 +80,14 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     """(p50, p99) of ``samples``."""
     ordered = sorted(samples)
     return statistics.median(ordered), ordered[min(int(len(ordered) * 0.99), len(ordered) - 1)]
+
+
+def latency(fn: Callable[[], object], n: int) -> tuple[float, float]:
+    """p50 and p99 in µs of ``n`` sequential calls of ``fn`` (after a garbage collection)."""
+    gc.collect()
+    samples = []
+    for _ in range(n):
+        started = time.perf_counter_ns()
+        fn()
+        samples.append((time.perf_counter_ns() - started) / 1000)
+    return percentiles(samples)
