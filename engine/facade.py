@@ -253,14 +253,14 @@ class HistoryEngine:
         never be the latest visible turn again: it is known here and another turn is the latest
         (turns only move forward)."""
         c = batch.conversation_id
-        latest = self._reads.latest_turn(c)
-        if latest is None or latest.id == old_turn_id:
+        latest = self._reads.latest_turn_id(c)
+        if latest is None or latest == old_turn_id:
             return
         append_id, _, _ = old_turn_id.rpartition("/")
         if append_id and self._reads.receipt(c, append_id) is not None:
             raise TurnNotReplaceable(
                 f"replacement {str(batch.append_id)!r} of {str(c)!r} refused: turn {old_turn_id!r} is not the latest "
-                f"visible turn ({latest.id!r} is); read latest_turn() and decide again")
+                f"visible turn ({latest!r} is); read latest_turn() and decide again")
 
     def _write(self, batch: Batch, event: BatchAppended | TurnReplaced, timeout: float) -> Receipt:
         deadline = time.monotonic() + timeout

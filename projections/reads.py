@@ -232,6 +232,20 @@ class Reads:
             return None
         return self._turn(snap, c, row.messages, row.turn)
 
+    def latest_turn_id(self, conv: str) -> str | None:
+        """The id of the latest visible user-led turn (three point reads, no message parsed)."""
+        snap = self.store.iterator()
+        c = conv.encode("utf-8")
+        row = self._open_row(snap, c)
+        if row is None or row.turn == 0 or row.messages == 0:
+            return None
+        raw = snap.get(keys.turn_key(c, row.turn))
+        assert raw is not None  # Invariant: the latest turn position of a non-empty history is indexed.
+        value = snap.get(keys.message_key(c, keys.read_turn_value(raw)[1]))
+        assert value is not None  # Invariant: T rows index visible M rows (same WriteBatch).
+        head = keys.MessageRow.decode(value)
+        return message_id(head.append_id, head.index)
+
     def _turn(self, snap: Snapshot, conv: bytes, count: int, turn: int) -> HistoryTurn:
         found = self._turn_at(snap, conv, turn)
         assert found is not None and found[0] == turn  # Invariant: a visible message's turn is indexed.
