@@ -46,6 +46,7 @@ from schemas.errors import (
     HistoryError,
     InvalidAppendID,
     InvalidBatch,
+    InvalidConfiguration,
     InvalidConversationID,
     InvalidMessage,
     InvalidReceipt,
@@ -53,6 +54,7 @@ from schemas.errors import (
     LogUnavailable,
     NotFound,
     PreconditionFailed,
+    StateUnavailable,
     TurnNotReplaceable,
     WindowTooSmall,
 )
@@ -89,7 +91,7 @@ class Unsupported(Exception):
 
 _BAD_INPUT: tuple[type[BaseException], ...] = (
     UsageError, Unsupported, InvalidConversationID, InvalidAppendID, InvalidMessage, InvalidBatch,
-    InvalidReceipt, InvalidWindow, WindowTooSmall, NotFound,
+    InvalidReceipt, InvalidWindow, InvalidConfiguration, WindowTooSmall, NotFound,
 )
 
 
@@ -99,7 +101,7 @@ def exit_code(exc: BaseException) -> int:
         return BAD_INPUT
     if isinstance(exc, AppendConflict | ConversationClosed | PreconditionFailed | TurnNotReplaceable):
         return CONFLICT
-    if isinstance(exc, LogUnavailable | CommitUnconfirmed):
+    if isinstance(exc, LogUnavailable | CommitUnconfirmed | StateUnavailable):
         return UNAVAILABLE
     return FAILED
 

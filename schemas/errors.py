@@ -9,6 +9,7 @@ The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
     ├── InvalidBatch            (ValueError)  a batch breaks a rule (empty, bad message, ...)
     ├── InvalidReceipt          (ValueError)  a receipt does not name the batch it is checked against
     ├── InvalidWindow           (ValueError)  window limit <= 0
+    ├── InvalidConfiguration    (ValueError)  a bad open()/CLI setting (address, path, timeout...)
     ├── AppendConflict                        the append id already names other content
     ├── ConversationClosed                    the conversation was cleared; use a new id
     ├── NotFound                (LookupError) an unknown or hidden message / turn
@@ -18,6 +19,7 @@ The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
     ├── CommitError                           generation succeeded, persistence did not
     ├── CommitUnconfirmed                     no decision in time; resend the same Batch
     ├── LogUnavailable                        the log backend is down or fail-stopped
+    ├── StateUnavailable                      the RocksDB state is in use, failed or cannot be written
     └── CorruptLog                            a log record or segment is damaged
 
 Every message says what went wrong and what to do next. Errors carry no I/O
@@ -40,6 +42,7 @@ __all__ = [
     "HistoryError",
     "InvalidAppendID",
     "InvalidBatch",
+    "InvalidConfiguration",
     "InvalidConversationID",
     "InvalidMessage",
     "InvalidReceipt",
@@ -47,6 +50,7 @@ __all__ = [
     "LogUnavailable",
     "NotFound",
     "PreconditionFailed",
+    "StateUnavailable",
     "TurnNotReplaceable",
     "WindowTooSmall",
 ]
@@ -78,6 +82,11 @@ class InvalidReceipt(HistoryError, ValueError):
 
 class InvalidWindow(HistoryError, ValueError):
     """A window limit is not positive."""
+
+
+class InvalidConfiguration(HistoryError, ValueError):
+    """A setting given to ``open`` or the CLI is invalid (a malformed Kafka address, a data
+    directory that is a file, a negative or NaN timeout...); nothing was opened or written."""
 
 
 class AppendConflict(HistoryError):
@@ -154,6 +163,12 @@ class CommitUnconfirmed(HistoryError):
 
 class LogUnavailable(HistoryError):
     """The log backend cannot take or serve records now (broker down, fail-stopped file log...)."""
+
+
+class StateUnavailable(HistoryError):
+    """This instance's RocksDB state cannot be used now: another process holds it, the disk is
+    full, or the store failed while applying the log (the projector then stops). The log is
+    unaffected; fix the cause and reopen (a damaged state is rebuilt from the log)."""
 
 
 class CorruptLog(HistoryError):
