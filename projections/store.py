@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOptions
 
-from schemas.errors import HistoryError
+from schemas.errors import HistoryError, InvalidConfiguration, StateUnavailable
 
 __all__ = ["StateStore", "Tx"]
 
@@ -35,8 +35,17 @@ class StateStore:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        if path.exists() and not path.is_dir():
+            raise InvalidConfiguration(f"the state directory {path} is a file; give a directory (it is created "
+                                       "if missing)")
         path.mkdir(parents=True, exist_ok=True)
-        self.db = Rdict(str(path), _options())
+        try:
+            self.db = Rdict(str(path), _options())
+        except Exception as e:  # rocksdict raises a plain Exception with RocksDB's status text
+            if "lock" in str(e).lower():
+                raise StateUnavailable(f"the state in {path} is in use by another process (or another engine in "
+                                       "this one); stop it, or give this instance its own state directory") from e
+            raise
         self._write_opts = WriteOptions()  # no sync: the log is the durable truth (see docs)
         self.keys_read = 0
         """Keys that queries (``Snapshot``) have visited: what cost tests count instead of time.
