@@ -22,7 +22,6 @@ import argparse
 import importlib
 import json
 import os
-import shutil
 import signal
 import sys
 import tempfile
@@ -211,13 +210,15 @@ class Target:
             return f"embedded data dir {self.data}"
         return f"Kafka {self.kafka} topic {self.topic} (state {self.state})"
 
-    def open(self, *, progress: Callable[[int, int], None] | None = None) -> HistoryEngine:
+    def open(self, *, progress: Callable[[int, int], None] | None = None, rebuild: bool = False,
+             accept_log_loss: bool = False) -> HistoryEngine:
         """Open the engine on this target (the one place the CLI opens one)."""
         from engine.facade import HistoryEngine
 
         if self.kafka is None:
-            return HistoryEngine.open(self.data, progress=progress)
-        return HistoryEngine.open(kafka=self.kafka, topic=self.topic, state_dir=self.state, progress=progress)
+            return HistoryEngine.open(self.data, progress=progress, rebuild=rebuild, accept_log_loss=accept_log_loss)
+        return HistoryEngine.open(kafka=self.kafka, topic=self.topic, state_dir=self.state, progress=progress,
+                                  rebuild=rebuild, accept_log_loss=accept_log_loss)
 
 
 def resolve(ns: argparse.Namespace, env: dict[str, str] | os._Environ[str] | None = None) -> Target:
@@ -709,15 +710,11 @@ def follow(engine: HistoryEngine, out: Out, *, stop: threading.Event | None = No
 
 
 def cmd_rebuild(ns: argparse.Namespace, target: Target, out: Out) -> int:
-    # Opening first proves that no other process is using this data dir / state dir.
-    target.open().close()
     state = target.state_dir
-    if state.exists():
-        shutil.rmtree(state)
     bar = ProgressBar("rebuild")
     started = time.monotonic()
     try:
-        engine = target.open(progress=bar)
+        engine = target.open(progress=bar, rebuild=True, accept_log_loss=ns.accept_log_loss)
     finally:
         bar.finish()
     with engine:
@@ -948,10 +945,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", "--lines", metavar="N", type=_integer, default=10,
                    help="with --no-follow: how many records (default 10)")
 
-    command("rebuild", cmd_rebuild, "rebuild the state from the log, with a progress bar",
-            "Delete the state (DATA/state, or --state with Kafka) and replay the log into a new one, with a "
-            "progress bar on stderr; prints the records replayed and the rate. Nothing else may use the "
-            "data dir meanwhile.")
+    p = command("rebuild", cmd_rebuild, "rebuild the state from the log, with a progress bar",
+                "Delete the state (DATA/state, or --state with Kafka) and replay the log into a new one, with a "
+                "progress bar on stderr; prints the records replayed and the rate. Nothing else may use the "
+                "data dir meanwhile. A damaged state is replaced without being read. A state that has applied "
+                "records a durable log no longer holds is evidence of lost acknowledged data: rebuild refuses "
+                "(exit 1, the state is kept) unless --accept-log-loss, which names what is lost and rebuilds "
+                "from what the log still holds.")
+    p.add_argument("--accept-log-loss", action="store_true",
+                   help="rebuild even though the log lost records the state had applied (they are gone for good)")
 
     p = command("replay", cmd_replay, "rebuild one custom projection from offset 0",
                 "Import the projection class MODULE:CLASS (from the current directory or the installed "

@@ -8,7 +8,6 @@ that position (a racing writer elsewhere may have won: then it is a conflict).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -19,11 +18,11 @@ from typing import Any
 
 from engine.log.base import Log, record_key
 from engine.log.file import FileLog, FsyncPolicy
+from engine.state import Evidence, open_state
 from projections.admission import Decision, Outcome
 from projections.custom import Projection, ProjectionView
-from projections.keys import meta_key
 from projections.reads import Reads, Unit
-from projections.runtime import Projector, checkpoints
+from projections.runtime import Projector
 from projections.store import StateStore
 from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
 from schemas.errors import (
@@ -33,11 +32,13 @@ from schemas.errors import (
     CorruptLog,
     HistoryError,
     InvalidBatch,
+    InvalidConfiguration,
     InvalidReceipt,
     InvalidWindow,
     LogUnavailable,
     NotFound,
     PreconditionFailed,
+    StateUnavailable,
     TurnNotReplaceable,
 )
 from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, encode_event
@@ -48,9 +49,6 @@ from schemas.positions import HistoryPosition, LogPosition
 __all__ = ["EMPTY", "EngineStats", "HistoryEngine", "Progress"]
 
 log = logging.getLogger("histlog.engine")
-
-STATE_FORMAT = b"3"
-"""Version of the RocksDB layout (projections/keys.py); a state of another version is rebuilt."""
 
 Progress = Callable[[int, int], None]
 """Called with ``(applied, total)`` records while the state catches up with the log."""
@@ -108,27 +106,29 @@ class HistoryEngine:
     Thread-safe: many threads may append and read at once. Use ``HistoryEngine.open``.
     """
 
-    def __init__(self, log_: Log, state_dir: Path, identity: dict[str, Any], *,
-                 progress: Progress | None = None) -> None:
+    def __init__(self, log_: Log, store: StateStore, *, progress: Progress | None = None) -> None:
+        """Run the projector of ``store`` over ``log_`` (both already opened and checked, see
+        ``engine.state``); the engine owns both from here and closes both if this raises."""
         self._log = log_
+        self._store = store
         self._projections: dict[str, Projection] = {}
         self._closed = False
         self._close_lock = threading.Lock()
         try:
-            self._store = self._open_state(state_dir, identity)
-            self._projector = Projector(self._store, log_.partitions)
-            self._reads = Reads(self._store)
+            self._projector = Projector(store, log_.partitions)
+            self._reads = Reads(store)
             self._projector.start(log_.cursor)
             self.catch_up(progress=progress)
         except BaseException:
-            log_.close()
+            self._release()
             raise
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
     def open(cls, path: str | Path | None = None, *, partitions: int | None = None, fsync: FsyncPolicy = "always",
              kafka: str | None = None, topic: str = "histlog.events", state_dir: str | Path | None = None,
-             replication_factor: int = 1, progress: Progress | None = None) -> HistoryEngine:
+             replication_factor: int = 1, progress: Progress | None = None, rebuild: bool = False,
+             accept_log_loss: bool = False) -> HistoryEngine:
         """Open the embedded default (``open(path)``: FileLog under ``path/log``, state under
         ``path/state``) or Kafka (``open(kafka="host:port", topic=..., state_dir=...)``).
 
@@ -136,54 +136,49 @@ class HistoryEngine:
         an existing log with its own count, and a different number is refused (it would move
         conversations between partitions). Returns once the state has caught up with the log's end
         at open time (a first open of a long log replays it; ``progress`` reports how far).
+
+        The state is opened first: its checkpoints are evidence of what the log acknowledged (see
+        ``engine.state``). A damaged state is rebuilt from the log; a state ahead of a durable log
+        (``fsync="always"``, Kafka) proves acknowledged records were lost and raises ``CorruptLog``,
+        keeping the state, unless ``accept_log_loss=True``, which rebuilds from what the log still
+        holds and logs what was lost. ``rebuild=True`` replaces the state by one replayed from the log.
         """
         if kafka is not None:
             if state_dir is None:
-                raise HistoryError(
+                raise InvalidConfiguration(
                     "HistoryEngine.open(kafka=...) needs state_dir=DIR for this instance's RocksDB state")
             from engine.log.kafka import KafkaLog
 
-            klog = KafkaLog(kafka, topic, partitions=partitions, replication_factor=replication_factor)
-            # The topic id tells a recreated topic (offsets restart at 0) from the one the state was built from.
-            identity = {"backend": "kafka", "topic": topic, "topic_id": klog.topic_id, "partitions": klog.partitions}
-            return cls(klog, Path(state_dir), identity, progress=progress)
-        if path is None:
-            raise HistoryError("HistoryEngine.open needs a data directory (open('./data')) or kafka='host:port'")
-        root = Path(path)
-        flog = FileLog(root / "log", partitions, fsync=fsync)
-        identity = {"backend": "file", "partitions": flog.partitions}
-        return cls(flog, root / "state", identity, progress=progress)
+            def open_kafka(_evidence: Evidence) -> KafkaLog:  # Kafka keeps no tail to cut: no evidence
+                return KafkaLog(kafka, topic, partitions=partitions, replication_factor=replication_factor)
 
-    def _open_state(self, state_dir: Path, identity: dict[str, Any]) -> StateStore:
-        store = StateStore(state_dir)
-        key = meta_key("identity")
-        raw = store.get(key)
-        if raw is not None and store.get(meta_key("format")) != STATE_FORMAT:
-            # State built by another histlog version: it is derived, so rebuild it from the log.
-            log.warning("state in %s has another layout than this version's (%s): rebuilding it from the log",
-                        state_dir, STATE_FORMAT.decode())
-            store.close()
-            StateStore.destroy(state_dir)
-            return self._open_state(state_dir, identity)
-        if raw is None:
-            store.db.put(meta_key("format"), STATE_FORMAT)
-            store.db.put(key, json.dumps(identity, sort_keys=True).encode())
-        elif json.loads(raw) != identity:
-            store.close()
-            raise HistoryError(
-                f"the state in {state_dir} was built from another log ({raw.decode()}, now {identity}); "
-                "use another state directory, or delete this one to rebuild it from the log")
-        ends = self._log.end_offsets()
-        applied = checkpoints(store, len(ends))
-        if any(a > e for a, e in zip(applied, ends, strict=True)):
-            # The state has applied records the log no longer has (a log tail lost to a power
-            # failure under fsync="interval"/"never"). State is derived: rebuild it.
-            log.warning("state in %s is ahead of the log (%s > %s): rebuilding it from the log",
-                        state_dir, applied, ends)
-            store.close()
-            StateStore.destroy(state_dir)
-            return self._open_state(state_dir, identity)
-        return store
+            def kafka_identity(klog: KafkaLog) -> dict[str, Any]:
+                # The topic id tells a recreated topic (offsets restart at 0) from the one the state was built from.
+                return {"backend": "kafka", "topic": topic, "topic_id": klog.topic_id, "partitions": klog.partitions}
+
+            klog, store = open_state(Path(state_dir), open_kafka, kafka_identity, durable=True, rebuild=rebuild,
+                                     accept_log_loss=accept_log_loss)
+            return cls(klog, store, progress=progress)
+        if path is None:
+            raise InvalidConfiguration(
+                "HistoryEngine.open needs a data directory (open('./data')) or kafka='host:port'")
+        root = Path(path)
+
+        def open_file(evidence: Evidence) -> FileLog:
+            flog = FileLog(root / "log", partitions, fsync=fsync)
+            try:
+                evidence()
+            except BaseException:
+                flog.close()
+                raise
+            return flog
+
+        def file_identity(flog: FileLog) -> dict[str, Any]:
+            return {"backend": "file", "partitions": flog.partitions}
+
+        flog, store = open_state(root / "state", open_file, file_identity, durable=fsync == "always",
+                                 rebuild=rebuild, accept_log_loss=accept_log_loss)
+        return cls(flog, store, progress=progress)
 
     def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None) -> bool:
         """Wait until the state has applied everything the log held when this was called."""
@@ -268,7 +263,8 @@ class HistoryEngine:
         key = record_key(c, a)
         with self._projector.expecting(key, batch):
             position = self._log.append(key, encode_event(event), timeout=timeout)
-            decision = self._wait_decision(position, deadline)
+            decision = self._decided(position, deadline, f"append {str(a)!r} to {str(c)!r}",
+                                     "resend the same Batch (it is safe: a retry returns the original receipt)")
         if decision is None:
             raise CommitUnconfirmed(
                 f"append {str(a)!r} to {str(c)!r} was written at {position} but not decided within {timeout}s; "
@@ -298,6 +294,16 @@ class HistoryEngine:
         if prior.digest != batch.digest:
             raise _conflict(batch, prior.digest)
         return Receipt(c, a, prior.digest, LogPosition(prior.partition, prior.offset))
+
+    def _decided(self, position: LogPosition, deadline: float, what: str, then: str) -> Decision | None:
+        """The decision for our own record at ``position``; once written, a stopped projector makes
+        the outcome unknown: ``CommitUnconfirmed``, never a plain failure."""
+        try:
+            return self._wait_decision(position, deadline)
+        except StateUnavailable as e:
+            raise CommitUnconfirmed(
+                f"{what} was written at {position}, but the state store failed before deciding it ({e}); "
+                f"{then} once the engine is reopened") from self._projector.failure or e
 
     def _wait_decision(self, position: LogPosition, deadline: float) -> Decision | None:
         if not self._projector.wait_applied(position, max(deadline - time.monotonic(), 0.0)):
@@ -342,7 +348,7 @@ class HistoryEngine:
         deadline = time.monotonic() + timeout
         event = ConversationCleared(c, _now_ms())
         position = self._log.append(record_key(c), encode_event(event), timeout=timeout)
-        if self._wait_decision(position, deadline) is None:
+        if self._decided(position, deadline, f"clear of {str(c)!r}", "call clear again") is None:
             raise CommitUnconfirmed(
                 f"clear of {str(c)!r} was written at {position} but not applied within {timeout}s; call clear again")
 
@@ -512,17 +518,29 @@ class HistoryEngine:
 
     # -- lifecycle -----------------------------------------------------------------------------
     def _check_open(self) -> None:
+        """Refuse calls on a closed engine, and on one whose projector stopped (its state no longer
+        follows the log: fail-stop, so nothing is written that could not be decided, and nothing
+        stale is served). ``stats``, ``poison`` and ``close`` still work."""
         if self._closed:
             raise HistoryError("this HistoryEngine is closed; open a new one")
+        failed = self._projector.failed()
+        if failed is not None:
+            raise failed
 
     def close(self) -> None:
-        """Stop the projector and release the log and the state. Idempotent."""
+        """Stop the projector and release the log and the state (each even if another fails; the
+        first failure is raised once all are released, typed). Idempotent."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+        self._release()
+
+    def _release(self) -> None:
+        projector = getattr(self, "_projector", None)
         try:
-            self._projector.stop()
+            if projector is not None:
+                projector.stop()
         finally:
             try:
                 self._log.close()

@@ -34,6 +34,8 @@ import struct
 from dataclasses import dataclass
 
 __all__ = [
+    "RECEIPT_END",
+    "RECEIPT_PREFIX",
     "ROLE_CODES",
     "AggregateRow",
     "ConversationRow",
@@ -82,6 +84,10 @@ def conv_key(conv: bytes) -> bytes:
 
 def receipt_key(conv: bytes, append_id: bytes) -> bytes:
     return b"R" + conv + SEP + append_id
+
+
+RECEIPT_PREFIX, RECEIPT_END = b"R", b"S"
+"""Every receipt key is in ``[RECEIPT_PREFIX, RECEIPT_END)``."""
 
 
 def message_key(conv: bytes, ord_: int) -> bytes:

@@ -29,10 +29,10 @@ from projections.custom import Projection, ProjectionTx, check_name, keyspace
 from projections.events import ProjectedEvent
 from projections.store import StateStore, Tx
 from schemas.batch import Batch
-from schemas.errors import HistoryError
+from schemas.errors import HistoryError, StateUnavailable
 from schemas.positions import LogPosition
 
-__all__ = ["CORE", "CursorLike", "Projector", "RecordLike", "checkpoints"]
+__all__ = ["CORE", "CursorLike", "Projector", "RecordLike", "checkpoints", "scratch_prefix"]
 
 log = logging.getLogger("histlog.projector")
 
@@ -58,6 +58,12 @@ class CursorLike(Protocol):
     def poll(self, timeout: float, max_records: int = ...) -> Sequence[RecordLike]: ...
     def wakeup(self) -> None: ...
     def close(self) -> None: ...
+
+
+def scratch_prefix(state_dir: Path) -> str:
+    """The name prefix of the scratch admission states that ``register`` replays through (beside
+    ``state_dir``); one left by a killed process is garbage, removed when the state is next opened."""
+    return f".replay-{state_dir.name}-"
 
 
 def checkpoints(store: StateStore, partitions: int, name: str = CORE) -> list[int]:
@@ -226,7 +232,7 @@ class Projector:
                     return
                 raise HistoryError(f"a projection named {name!r} is already registered; names must be unique")
         self.projection_errors.pop(name, None)
-        scratch_dir = Path(tempfile.mkdtemp(prefix=f".replay-{self.store.path.name}-", dir=self.store.path.parent))
+        scratch_dir = Path(tempfile.mkdtemp(prefix=scratch_prefix(self.store.path), dir=self.store.path.parent))
         scratch = StateStore(scratch_dir)
         try:
             self._catch_up(projection, name, scratch, read, progress)
@@ -314,9 +320,12 @@ class Projector:
         finally:
             self._known.pop(entry, None)
 
-    def _failed(self) -> HistoryError:
-        err = HistoryError(f"the projector stopped because the state store failed ({self.failure!r}); "
-                           "close and reopen the engine (a damaged state is rebuilt from the log if you delete it)")
+    def failed(self) -> StateUnavailable | None:
+        """Why the projector stopped (a ``StateUnavailable`` to raise), or None while it runs."""
+        if self.failure is None:
+            return None
+        err = StateUnavailable(f"the projector stopped because the state store failed ({self.failure}); "
+                               "close and reopen the engine (a damaged state is rebuilt from the log)")
         err.__cause__ = self.failure
         return err
 
@@ -333,7 +342,7 @@ class Projector:
         p, o = position.partition, position.offset
         with self._cond:
             if self.failure is not None:
-                raise self._failed()
+                raise self._failed_now()
             if self._applied[p] > o:
                 return True
             event = threading.Event()
@@ -341,7 +350,7 @@ class Projector:
             heapq.heappush(self._waiters[p], (o, self._waiter_seq, event))
         ok = event.wait(timeout)
         if self.failure is not None:
-            raise self._failed()
+            raise self._failed_now()
         return ok
 
     def decision(self, position: LogPosition) -> Decision | None:
@@ -356,5 +365,10 @@ class Projector:
                 lambda: self.failure is not None or all(a >= t for a, t in zip(self._applied, targets, strict=True)),
                 timeout)
             if self.failure is not None:
-                raise self._failed()
+                raise self._failed_now()
             return ok
+
+    def _failed_now(self) -> StateUnavailable:
+        err = self.failed()
+        assert err is not None  # Invariant: called only once ``failure`` is set.
+        return err

@@ -4,19 +4,65 @@
 earlier writes (an overlay over the database), and ``commit()`` writes everything, including
 the checkpoints, in one ``db.write(WriteBatch)`` so a crash can never leave a projection
 ahead of or behind admission or its checkpoint.
+
+RocksDB reports every failure as a plain ``Exception`` with its status text; this module is the
+one place that translates them (``_translate``):
+
+* the environment refuses (another process holds the lock, the disk is full, a file is too
+  large, permission denied, a read-only file system): ``StateUnavailable``; the state is kept,
+  fix the cause and reopen;
+* anything else (``Corruption: ...``, a missing ``CURRENT``/``MANIFEST``, a truncated ``.sst``):
+  ``DamagedState`` (a ``StateUnavailable``). A damage found after opening is remembered in a
+  marker file, so the next open rebuilds the state from the log instead of failing again.
+
+A store that is closed releases the database even while a ``Snapshot`` (say, one held by an
+exception's traceback) is still referenced: ``close`` detaches every live snapshot's iterator,
+the last thing that would keep RocksDB's lock.
 """
 
 from __future__ import annotations
 
 import shutil
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOptions
 
-from schemas.errors import HistoryError, InvalidConfiguration, StateUnavailable
+from schemas.errors import InvalidConfiguration, StateUnavailable
 
-__all__ = ["StateStore", "Tx"]
+__all__ = ["DAMAGED_MARKER", "DamagedState", "StateStore", "Tx"]
+
+DAMAGED_MARKER = "HISTLOG-DAMAGED"
+"""A file in the state directory: a damage was found after opening; rebuild on the next open."""
+
+_ENVIRONMENT = ("no space left", "file too large", "permission denied", "read-only file system",
+                "too many open files", "disk quota")
+"""RocksDB status texts of an environment that refuses, not of a damaged state."""
+
+
+class DamagedState(StateUnavailable):
+    """The state's files are damaged or incomplete (``Corruption``, missing ``CURRENT`` or
+    ``MANIFEST``, a truncated table file). It is derived from the log: reopening the engine
+    rebuilds it (``HistoryEngine.open`` does so by itself)."""
+
+
+def _translate(e: Exception, path: Path, doing: str) -> StateUnavailable:
+    """The typed error for a RocksDB failure while ``doing`` something with the state at ``path``."""
+    text = " ".join(str(e).split())
+    low = text.lower()
+    if "lock" in low and ("hold" in low or "lock file" in low or "resource temporarily" in low):
+        err = StateUnavailable(f"the state in {path} is in use by another process (or another engine in "
+                               "this one); stop it, or give this instance its own state directory")
+    elif any(word in low for word in _ENVIRONMENT):
+        err = StateUnavailable(f"{doing} the state in {path} failed ({text}); free disk space or fix the "
+                               "permissions, then reopen the engine (the log is unaffected)")
+    else:
+        err = DamagedState(f"{doing} the state in {path} failed: it is damaged ({text}); reopen the engine "
+                           "and the state is rebuilt from the log (or run `histlog rebuild`)")
+    err.__cause__ = e
+    return err
 
 
 def _options() -> Options:
@@ -31,43 +77,98 @@ def _options() -> Options:
 
 
 class StateStore:
-    """The RocksDB directory of one engine instance (``path/state`` or the Kafka ``state_dir``)."""
+    """The RocksDB directory of one engine instance (``path/state`` or the Kafka ``state_dir``).
+
+    Opening raises ``InvalidConfiguration`` (the path is a file), ``StateUnavailable`` (in use,
+    disk full, permissions) or ``DamagedState`` (the files are damaged, or a damage was found
+    while it was last used); nothing is left open when it raises.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         if path.exists() and not path.is_dir():
             raise InvalidConfiguration(f"the state directory {path} is a file; give a directory (it is created "
                                        "if missing)")
-        path.mkdir(parents=True, exist_ok=True)
+        if (path / DAMAGED_MARKER).exists():
+            raise DamagedState(f"the state in {path} was found damaged while it was last used "
+                               f"({(path / DAMAGED_MARKER).read_text(errors='replace').strip()}); "
+                               "reopen the engine and the state is rebuilt from the log")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StateUnavailable(f"cannot create the state directory {path} ({e.strerror or e}); "
+                                   "fix the path or its permissions") from e
         try:
             self.db = Rdict(str(path), _options())
         except Exception as e:  # rocksdict raises a plain Exception with RocksDB's status text
-            if "lock" in str(e).lower():
-                raise StateUnavailable(f"the state in {path} is in use by another process (or another engine in "
-                                       "this one); stop it, or give this instance its own state directory") from e
-            raise
+            raise _translate(e, path, "opening") from e
         self._write_opts = WriteOptions()  # no sync: the log is the durable truth (see docs)
+        self._snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()
+        self._closed = False
         self.keys_read = 0
         """Keys that queries (``Snapshot``) have visited: what cost tests count instead of time.
         Exact for one thread; concurrent queries may lose an increment."""
 
     @staticmethod
     def destroy(path: Path) -> None:
-        """Delete a state directory (it is rebuilt from the log on the next open)."""
-        shutil.rmtree(path, ignore_errors=True)
+        """Delete a state directory (it is rebuilt from the log on the next open). Raises
+        ``StateUnavailable`` when it cannot be deleted whole: a half-deleted state is never reused."""
+        try:
+            shutil.rmtree(path)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise StateUnavailable(f"cannot delete the state directory {path} ({e.strerror or e}: "
+                                   f"{e.filename}); delete it by hand, then reopen") from e
+
+    def failed(self, e: Exception, doing: str) -> StateUnavailable:
+        """The typed error for a RocksDB failure of this open store; a damage is remembered so the
+        next open rebuilds the state instead of meeting it again."""
+        err = _translate(e, self.path, doing)
+        if isinstance(err, DamagedState):
+            try:
+                (self.path / DAMAGED_MARKER).write_text(" ".join(str(e).split()) + "\n")
+            except OSError:
+                pass  # the error below is raised anyway; the next open meets the damage itself
+        return err
 
     def get(self, key: bytes) -> bytes | None:
-        value: bytes | None = self.db.get(key)
+        try:
+            value: bytes | None = self.db.get(key)
+        except Exception as e:
+            raise self.failed(e, "reading") from e
         return value
 
+    def put(self, key: bytes, value: bytes) -> None:
+        """One write outside a projector step (metadata at open)."""
+        try:
+            self.db.put(key, value, self._write_opts)
+        except Exception as e:
+            raise self.failed(e, "writing") from e
+
     def iterator(self) -> Snapshot:
-        return Snapshot(self)
+        snap = Snapshot(self)
+        self._snapshots.add(snap)
+        return snap
 
     def tx(self) -> Tx:
         return Tx(self)
 
     def close(self) -> None:
-        self.db.close()
+        """Release the database (idempotent). Live snapshots are detached first, so no iterator
+        keeps RocksDB's lock; a failure to flush raises ``StateUnavailable`` after the release
+        (the log is the truth: nothing acknowledged depends on the flush)."""
+        if self._closed:
+            return
+        self._closed = True
+        for snap in list(self._snapshots):
+            snap.detach()
+        try:
+            self.db.close()
+        except Exception as e:
+            raise _translate(e, self.path, "closing") from e
+        finally:
+            del self.db  # the last reference: RocksDB releases its lock now, not at garbage collection
 
 
 class Snapshot:
@@ -76,23 +177,30 @@ class Snapshot:
     Because there is one iterator, a ``get`` (or another scan) moves it: never call one while a
     ``scan`` generator is still being consumed; collect the scan first, or stop after the get."""
 
-    __slots__ = ("_it", "_store")
+    __slots__ = ("__weakref__", "_it", "_store")
 
     def __init__(self, store: StateStore) -> None:
         self._store = store
-        self._it = store.db.iter()
+        self._it: Any = store.db.iter()  # an RdictIter, or a _Detached once the store closed
+
+    def detach(self) -> None:
+        """Drop the iterator (the store is closing); a later use raises ``StateUnavailable``."""
+        self._it = _Detached()
 
     def get(self, key: bytes) -> bytes | None:
         it = self._it
-        it.seek(key)
-        self._store.keys_read += 1
-        if not it.valid():
-            self._check()
+        try:
+            it.seek(key)
+            self._store.keys_read += 1
+            if not it.valid():
+                self._check()
+                return None
+            if it.key() == key:
+                value: bytes = it.value()
+                return value
             return None
-        if it.key() == key:
-            value: bytes = it.value()
-            return value
-        return None
+        finally:
+            del it  # Invariant: no frame of a traceback keeps the iterator (and so RocksDB's lock).
 
     def _check(self) -> None:
         """An iterator that stops being valid has either reached the end or failed (an I/O error,
@@ -100,35 +208,49 @@ class Snapshot:
         try:
             self._it.status()
         except Exception as e:  # rocksdict raises a plain Exception with RocksDB's status text
-            raise HistoryError(f"reading the state store failed ({e}); close and reopen the engine "
-                               "(a damaged state is rebuilt from the log if you delete it)") from e
+            if "incomplete" in str(e).lower():  # a bounded read gave up: the query's failure, not damage
+                raise StateUnavailable(f"reading the state store failed ({e}); retry the read") from e
+            raise self._store.failed(e, "reading") from e
 
     def scan(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Keys in ``[lower, upper)`` in key order."""
         it, store = self._it, self._store
-        it.seek(lower)
-        while it.valid():
-            store.keys_read += 1
-            k: bytes = it.key()
-            if k >= upper:
-                return
-            yield k, it.value()
-            it.next()
-        self._check()
+        try:
+            it.seek(lower)
+            while it.valid():
+                store.keys_read += 1
+                k: bytes = it.key()
+                if k >= upper:
+                    return
+                yield k, it.value()
+                it.next()
+            self._check()
+        finally:
+            del it  # Invariant: no frame of a traceback keeps the iterator (and so RocksDB's lock).
 
     def scan_reverse(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Keys in ``[lower, upper)`` in reverse key order."""
         it, store = self._it, self._store
-        it.seek_for_prev(upper)
-        while it.valid():
-            store.keys_read += 1
-            k: bytes = it.key()
-            if k < lower:
-                return
-            if k < upper:
-                yield k, it.value()
-            it.prev()
-        self._check()
+        try:
+            it.seek_for_prev(upper)
+            while it.valid():
+                store.keys_read += 1
+                k: bytes = it.key()
+                if k < lower:
+                    return
+                if k < upper:
+                    yield k, it.value()
+                it.prev()
+            self._check()
+        finally:
+            del it  # Invariant: no frame of a traceback keeps the iterator (and so RocksDB's lock).
+
+
+class _Detached:
+    """The iterator of a snapshot whose store was closed: every use says so."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise StateUnavailable("this engine's state store is closed; open a new engine")
 
 
 class Tx:
@@ -177,7 +299,12 @@ class Tx:
         return sorted((k, v) for k, v in merged.items() if v is not None)
 
     def commit(self) -> None:
+        """Write the step atomically; a RocksDB failure raises ``StateUnavailable`` (or
+        ``DamagedState``), with nothing of the step applied."""
         if not self._batch.is_empty():
-            self._store.db.write(self._batch, self._store._write_opts)
+            try:
+                self._store.db.write(self._batch, self._store._write_opts)
+            except Exception as e:
+                raise self._store.failed(e, "writing") from e
         self._pending.clear()
         self._deleted.clear()
