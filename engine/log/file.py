@@ -22,24 +22,32 @@ Promises:
 * **Fail-stop.** If a write or fsync raises, the fate of the records in flight is unknown:
   that append and every later one raise ``LogUnavailable`` until the log is closed and
   reopened (recovery then decides from the bytes on disk). Nothing is retried.
-* **Recovery on open** (``_recover_partition``): a torn tail of the newest segment is cut and
+* **Creation is crash-safe** (``engine.log.layout``): every partition directory and its
+  empty first segment are durable before ``meta.json`` is renamed into place, so a log with
+  ``meta.json`` and a missing partition directory or no segment files lost data:
+  ``CorruptLog``. A creation killed before ``meta.json`` (only empty segments) is completed.
+* **Recovery on open** (``engine.log.recovery``): every partition is planned before any file
+  changes, so a refused open changes nothing. A torn tail of the newest segment is cut and
   reported (``recovery``, a warning on the ``engine.log.file`` logger); damage with an intact
   record after it, or in an older segment, is corruption: ``CorruptLog`` (run the verify
   tool; restore the file from a backup). Older segments are checked when first read.
+* **Evidence** (``acknowledged``, the state's checkpoints): a partition that ends, or would
+  be cut, below the offset it names lost acknowledged records: ``CorruptLog`` with
+  ``fsync="always"`` (nothing is changed), else reported in ``lost`` (a power loss explains it).
 * **One writer process.** ``path/LOCK`` is ``flock``'ed for the life of the object; a second
   ``FileLog`` on the same path, in any process, raises ``LogUnavailable`` at once.
 
 Errors: ``LogUnavailable`` (locked, closed, fail-stopped, partition count mismatch, not
-confirmed within ``timeout``), ``CorruptLog`` (damaged bytes; ``position`` is a
-``LogPosition`` when the offset is known, else ``None``; the message names partition,
-segment file and byte position).
+confirmed within ``timeout``), ``CorruptLog`` (damaged bytes or lost records; ``position`` is
+a ``LogPosition`` when the offset is known, else ``None``; the message names partition,
+segment file and byte position, or the expected and found end offsets), ``InvalidConfiguration``
+(``acknowledged`` of the wrong length or with a negative offset; before any I/O).
 """
 
 from __future__ import annotations
 
 import bisect
 import fcntl
-import json
 import logging
 import os
 import threading
@@ -51,32 +59,20 @@ from pathlib import Path
 from typing import Literal
 
 from engine.log import format as fmt
+from engine.log import layout
 from engine.log.base import Headers, Log, LogCursor, Record, partition_for_key
 from engine.log.memory import ConditionCursor
-from engine.log.segment import Damage, Frame, SegmentWriter, fsync_dir, scan, truncate_file
-from schemas.errors import CorruptLog, LogUnavailable
+from engine.log.recovery import NO_LOG, LostRecords, Plan, Recovery, RecoveryCut, Segment
+from engine.log.segment import Damage, SegmentWriter, fsync_dir, scan, truncate_file
+from schemas.errors import CorruptLog, InvalidConfiguration, LogUnavailable
 from schemas.positions import LogPosition
 
-__all__ = ["FileLog", "FileLogStats", "FsyncPolicy", "RecoveryCut"]
+__all__ = ["FileLog", "FileLogStats", "FsyncPolicy", "LostRecords", "RecoveryCut"]
 
 logger = logging.getLogger(__name__)
 
 FsyncPolicy = Literal["always", "interval", "never"]
-_META_FORMAT = "histlog-filelog"
-_META_VERSION = 1
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryCut:
-    """A torn tail removed on open: where, why, and how much."""
-
-    partition: int
-    segment: str
-    file_position: int
-    next_offset: int
-    bytes_dropped: int
-    reason: str
 
 
 @dataclass(slots=True)
@@ -99,23 +95,6 @@ class FileLogStats:
                             self.recovery_cuts, self.bytes_dropped)
 
 
-class _Segment:
-    """One segment file as the log knows it: base offset, size, offset→position index.
-
-    ``positions[i]`` is the file position of record ``base + i``; ``None`` for an older
-    segment not read yet (indexed, and checked, on first read). Mutated under the log lock.
-    """
-
-    __slots__ = ("base", "fd", "path", "positions", "size")
-
-    def __init__(self, base: int, path: Path, size: int, positions: array[int] | None) -> None:
-        self.base = base
-        self.path = path
-        self.size = size
-        self.positions = positions
-        self.fd = -1
-
-
 @dataclass(slots=True)
 class _Pending:
     partition: int
@@ -128,9 +107,19 @@ class _Pending:
 def _stored_partitions(path: Path) -> int | None:
     """The partition count recorded in an existing log's meta file (None when absent/unreadable)."""
     try:
-        return int(json.loads(fmt.meta_path(path).read_bytes())["partitions"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return layout.read_partitions(path)
+    except (OSError, ValueError):
         return None
+
+
+def _evidence(acknowledged: Sequence[int] | None) -> list[int] | None:
+    if acknowledged is None:
+        return None
+    offsets = list(acknowledged)
+    if any(not isinstance(a, int) or isinstance(a, bool) or a < 0 for a in offsets):
+        raise InvalidConfiguration(f"acknowledged offsets must be non-negative integers, got {offsets!r}; "
+                                   "pass the state's checkpoints (the next offset to apply, per partition)")
+    return offsets
 
 
 class FileLog(Log):
@@ -138,10 +127,25 @@ class FileLog(Log):
 
     def __init__(self, path: str | os.PathLike[str], partitions: int | None = 1, *,
                  fsync: FsyncPolicy = "always", fsync_interval_ms: int = 100,
-                 segment_bytes: int = DEFAULT_SEGMENT_BYTES) -> None:
-        """``partitions=None`` opens an existing log with its own count (a new one gets 1)."""
+                 segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+                 acknowledged: Sequence[int] | None = None) -> None:
+        """``partitions=None`` opens an existing log with its own count (a new one gets 1, or
+        ``len(acknowledged)``).
+
+        ``acknowledged``: evidence, per partition, of the offset below which records are known
+        to have been acknowledged and applied (the state's checkpoints: the next offset to
+        apply). Recovery then never accepts a partition ending below it: with
+        ``fsync="always"`` it raises ``CorruptLog`` (partition, expected and found end
+        offsets) and changes no file; otherwise (a power loss can take unsynced records) it
+        opens and lists the shortfall in ``lost``. ``None``: no evidence (as before).
+        """
+        evidence = _evidence(acknowledged)
         if partitions is None:
-            partitions = _stored_partitions(Path(path)) or 1
+            partitions = _stored_partitions(Path(path)) or (len(evidence) if evidence else 1)
+        if evidence is not None and len(evidence) != partitions:
+            raise InvalidConfiguration(
+                f"acknowledged has {len(evidence)} offsets but the log has {partitions} partitions; pass "
+                "one offset per partition (the state's checkpoints), or None for no evidence")
         if partitions < 1:
             raise ValueError(f"partitions must be >= 1, got {partitions}")
         if fsync not in ("always", "interval", "never"):
@@ -153,6 +157,9 @@ class FileLog(Log):
         self._fsync: FsyncPolicy = fsync
         self._interval = max(1, fsync_interval_ms) / 1000.0
         self._segment_bytes = segment_bytes
+        self._acknowledged = evidence
+        self._created = False  # this open created (or completed the creation of) the log
+        self._recovery = Recovery(self.path, partitions, evidence, strict=fsync == "always")
 
         self._lock = threading.Lock()
         self._committed = threading.Condition(self._lock)  # appenders wait for their fsync
@@ -165,9 +172,12 @@ class FileLog(Log):
         self._pending: list[_Pending] = []
         self._stats = FileLogStats()
         self.recovery: list[RecoveryCut] = []
+        """Torn tails cut on open."""
+        self.lost: list[LostRecords] = []
+        """Acknowledged records found missing on open (never with ``fsync="always"``: it raises)."""
 
         self._lock_fd = -1
-        self._segments: list[list[_Segment]] = []
+        self._segments: list[list[Segment]] = []
         self._bases: list[list[int]] = []
         self._writers: list[SegmentWriter] = []
         self._next: list[int] = []  # next offset to assign
@@ -188,6 +198,10 @@ class FileLog(Log):
     # ------------------------------------------------------------ open & recovery
 
     def _open(self) -> None:
+        # Phase 0: a log the evidence says held records is not silently created anew.
+        if self._fsync == "always" and any(self._acknowledged or ()) and layout.missing(self.path):
+            for p in range(self._partitions):
+                self._recovery.shortfall(p, 0, NO_LOG)
         # Phase 1: take the writer lock (one process, one FileLog per path).
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(fmt.lock_path(self.path), os.O_RDWR | os.O_CREAT, 0o644)
@@ -197,136 +211,41 @@ class FileLog(Log):
             raise LogUnavailable(
                 f"file log {self.path} is locked by another process (or another FileLog in this "
                 "process); stop it or use another path") from None
-        # Phase 2: the partition count, fixed at creation.
-        self._check_meta()
-        for p in range(self._partitions):
-            # Phase 3: list the partition's segments.
-            pdir = fmt.partition_dir(self.path, p)
-            created = not pdir.exists()
-            pdir.mkdir(exist_ok=True)
-            if created:
-                fsync_dir(self.path)
-            listed = fmt.list_segments(pdir)
-            segments = [_Segment(base, sp, sp.stat().st_size, None) for base, sp in listed]
-            if not segments:
-                sp = fmt.segment_path(self.path, p, 0)
-                SegmentWriter.open(sp, 0).close()
-                fsync_dir(pdir)
-                segments = [_Segment(0, sp, 0, None)]
-            if segments[0].base != 0:
-                raise CorruptLog(f"file log {self.path}: partition {p} starts with segment "
-                                 f"{segments[0].path.name}; the segments before it are missing: restore "
-                                 "them from a backup", reason="missing segment", position=LogPosition(p, 0))
-            # Phase 4: scan the newest segment, cut a torn tail, refuse corruption.
-            tail = segments[-1]
-            self._recover_tail(p, tail)
-            assert tail.positions is not None  # Invariant: _recover_tail indexed the tail
-            # Phase 5: open the tail for appending; older segments are checked on first read.
-            self._segments.append(segments)
-            self._bases.append([s.base for s in segments])
-            self._writers.append(SegmentWriter.open(tail.path, tail.base))
-            end = tail.base + len(tail.positions)
-            self._next.append(end)
-            self._visible.append(end)
-            self._planned.append((tail.base, tail.size))
+        # Phase 2: the partition count, fixed at creation (creating, or completing, a new log).
+        self._created = layout.open_or_create(self.path, self._partitions)
+        # Phases 3-4, for every partition before any file is changed: list the segments, scan
+        # the newest, decide its cut, compare its end with the evidence. Any refusal raises here.
+        plans = [self._recovery.plan(p, created=self._created) for p in range(self._partitions)]
+        # Phase 5: cut the torn tails; open the tails for appending (older segments are checked
+        # on first read).
+        for plan in plans:
+            self._apply(plan)
 
-    def _check_meta(self) -> None:
-        meta = fmt.meta_path(self.path)
-        if not meta.exists():
-            if any(entry.name.isdigit() for entry in self.path.iterdir()):
-                raise CorruptLog(f"file log {self.path} has partition directories but no {meta.name}; "
-                                 "restore it from a backup (or recreate it with the original partition "
-                                 "count)",
-                                 reason="missing meta")
-            tmp = meta.with_suffix(".tmp")
-            body = json.dumps({"format": _META_FORMAT, "version": _META_VERSION,
-                               "partitions": self._partitions}).encode()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, body)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, meta)
-            fsync_dir(self.path)
-            return
-        try:
-            data = json.loads(meta.read_bytes())
-            stored = int(data["partitions"])
-            if data.get("format") != _META_FORMAT:
-                raise ValueError(f"format {data.get('format')!r}")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CorruptLog(f"{meta} is unreadable ({exc}); restore it from a backup",
-                             reason="bad meta") from exc
-        if stored != self._partitions:
-            raise LogUnavailable(
-                f"file log {self.path} was created with {stored} partitions but opened with "
-                f"{self._partitions}; open it with partitions={stored} (the count is fixed at creation)")
-
-    def _recover_tail(self, partition: int, seg: _Segment) -> None:
-        """Scan the newest segment; cut a torn tail; raise ``CorruptLog`` on anything else."""
-        data = seg.path.read_bytes()
-        positions: array[int] = array("Q")
-        items = list(scan(data, expected_offset=seg.base))
-        for i, item in enumerate(items):
-            if isinstance(item, Frame):
-                self._expect_offset(partition, seg, item, seg.base + len(positions))
-                positions.append(item.position)
-                continue
-            later_intact = any(isinstance(x, Frame) for x in items[i + 1:])
-            if item.intact or later_intact:
-                raise self._corrupt(partition, seg, item, "with intact records after it" if later_intact
-                                    else "in a record written whole")
-            # A torn tail: damage with nothing intact after it. Cut it and report.
-            cut = RecoveryCut(partition, seg.path.name, item.position, seg.base + len(positions),
-                              len(data) - item.position, item.reason)
-            truncate_file(seg.path, item.position)
-            seg.size = item.position
+    def _apply(self, plan: Plan) -> None:
+        """Carry out a plan: cut the torn tail (reported), record a loss, open the tail."""
+        p, tail, cut = plan.partition, plan.segments[-1], plan.cut
+        if cut is not None:
+            truncate_file(tail.path, cut.file_position)
+            tail.size = cut.file_position
             self.recovery.append(cut)
             self._stats.recovery_cuts += 1
             self._stats.bytes_dropped += cut.bytes_dropped
             logger.warning("file log %s: torn tail cut in partition %d segment %s at byte %d "
-                           "(%d bytes dropped, next offset %d): %s", self.path, partition,
+                           "(%d bytes dropped, next offset %d): %s", self.path, p,
                            cut.segment, cut.file_position, cut.bytes_dropped, cut.next_offset, cut.reason)
-            break
-        seg.positions = positions
-
-    def _expect_offset(self, partition: int, seg: _Segment, frame: Frame, expected: int) -> None:
-        if frame.offset != expected:
-            raise CorruptLog(
-                f"file log {self.path}: partition {partition} segment {seg.path.name} byte "
-                f"{frame.position} holds offset {frame.offset}, expected {expected}; run the verify "
-                "tool (histlog log verify) and restore the segment from a backup",
-                reason="unexpected offset", position=LogPosition(partition, expected))
-
-    def _corrupt(self, partition: int, seg: _Segment, damage: Damage, why: str) -> CorruptLog:
-        if damage.intact and damage.reason.startswith("unsupported format version"):
-            return CorruptLog(
-                f"file log {self.path}: partition {partition} segment {seg.path.name} byte "
-                f"{damage.position}: {damage.reason}; it was written by a newer histlog: upgrade "
-                "histlog to read this log; nothing was changed", reason=damage.reason, position=None)
-        return CorruptLog(
-            f"file log {self.path}: partition {partition} segment {seg.path.name} byte "
-            f"{damage.position}: {damage.reason} ({len(damage.data)} bytes, {why}). This is corruption, "
-            "not a torn write: run the verify tool (histlog log verify) and restore the segment from "
-            "a backup; nothing was changed", reason=damage.reason, position=None)
-
-    def _index_older(self, partition: int, seg: _Segment, next_base: int) -> array[int]:
-        """Index (and check) an older segment on first read: any damage is corruption."""
-        data = seg.path.read_bytes()
-        positions: array[int] = array("Q")
-        for item in scan(data, expected_offset=seg.base):
-            if isinstance(item, Damage):
-                raise self._corrupt(partition, seg, item, "in an older segment")
-            self._expect_offset(partition, seg, item, seg.base + len(positions))
-            positions.append(item.position)
-        if seg.base + len(positions) != next_base:
-            raise CorruptLog(
-                f"file log {self.path}: partition {partition} segment {seg.path.name} ends at offset "
-                f"{seg.base + len(positions)} but the next segment starts at {next_base}; run the verify "
-                "tool and restore the segment from a backup", reason="missing records",
-                position=LogPosition(partition, seg.base + len(positions)))
-        return positions
+        if plan.lost is not None:
+            self.lost.append(plan.lost)
+            logger.warning("file log %s: partition %d lost acknowledged records %d..%d (%s; possible after "
+                           "a power loss with fsync=%r): state derived from them must be rebuilt", self.path,
+                           p, plan.lost.found_end, plan.lost.expected_end - 1, plan.lost.reason, self._fsync)
+        tail.positions = plan.positions
+        self._segments.append(plan.segments)
+        self._bases.append([s.base for s in plan.segments])
+        self._writers.append(SegmentWriter.open(tail.path, tail.base))
+        end = tail.base + len(plan.positions)
+        self._next.append(end)
+        self._visible.append(end)
+        self._planned.append((tail.base, tail.size))
 
     # ------------------------------------------------------------ append (group commit)
 
@@ -448,7 +367,7 @@ class FileLog(Log):
             p = item.partition
             segs = self._segments[p]
             if segs[-1].base != item.segment_base:  # the leader created this segment (a roll)
-                segs.append(_Segment(item.segment_base, fmt.segment_path(self.path, p, item.segment_base),
+                segs.append(Segment(item.segment_base, fmt.segment_path(self.path, p, item.segment_base),
                                      0, array("Q")))
                 self._bases[p].append(item.segment_base)
                 self._stats.segments_created += 1
@@ -517,7 +436,7 @@ class FileLog(Log):
                 next_base = segs[i + 1].base if i + 1 < len(segs) else None
             if seg.positions is None:
                 assert next_base is not None  # Invariant: the tail is always indexed
-                positions = self._index_older(partition, seg, next_base)
+                positions = self._recovery.index_older(partition, seg, next_base)
                 with self._lock:
                     seg.positions = positions
             with self._lock:
@@ -538,8 +457,8 @@ class FileLog(Log):
             got = 0
             for item in scan(data, expected_offset=offset, base_position=start_pos):
                 if isinstance(item, Damage):
-                    raise self._corrupt(partition, seg, item, "found while reading")
-                self._expect_offset(partition, seg, item, offset + got)
+                    raise self._recovery.corrupt(partition, seg, item, "found while reading")
+                self._recovery.expect_offset(partition, seg, item, offset + got)
                 out.append(Record(partition, item.offset, item.timestamp_ms, item.key, item.value,
                                   item.headers))
                 got += 1

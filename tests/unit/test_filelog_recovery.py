@@ -17,7 +17,8 @@ from engine.log.base import record_key
 from engine.log.file import FileLog
 from engine.log.segment import Frame, scan
 from engine.log.verify import verify
-from schemas.errors import CorruptLog
+from schemas.errors import CorruptLog, InvalidConfiguration
+from schemas.positions import LogPosition
 
 # ---------------------------------------------------------------- byte surgery
 
@@ -69,6 +70,12 @@ def frame_positions(path: Path) -> list[int]:
 def values_after_open(root: Path) -> list[bytes]:
     with FileLog(root, 1) as log:
         return [r.value for r in log.read(0, 0, 1000)]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (but the LOCK) by relative path: to prove a refusal changed nothing."""
+    return {str(f.relative_to(root)): f.read_bytes() for f in sorted(root.rglob("*"))
+            if f.is_file() and f.name != fmt.LOCK_FILE}
 
 
 # ---------------------------------------------------------------- the recovery table, in order
@@ -150,6 +157,135 @@ def test_row6_zero_filled_tail_is_a_torn_tail(tmp_path: Path) -> None:
     assert seg.stat().st_size == size
 
 
+# ---------------------------------------------------------------- the evidence table, in order
+# ``acknowledged=[5]``: the state's checkpoint says offsets 0..4 were acknowledged and applied.
+
+
+def test_row7_records_removed_at_a_boundary_below_the_evidence_is_lost_data(tmp_path: Path) -> None:
+    seg = write_log(tmp_path)
+    truncate(seg, frame_positions(seg)[-1])  # a clean end: record 4 removed whole
+    before = snapshot(tmp_path)
+    with pytest.raises(CorruptLog) as info:
+        FileLog(tmp_path, 1, acknowledged=[5])
+    message = str(info.value)
+    assert "partition 0" in message and "expected end offset 5, found 4" in message
+    assert "restore" in message.lower() and "nothing was changed" in message
+    assert info.value.position == LogPosition(0, 4)
+    assert snapshot(tmp_path) == before, "a refused open must not change any file"
+
+
+def test_row7_without_fsync_always_a_shorter_log_is_reported_not_refused(tmp_path: Path) -> None:
+    seg = write_log(tmp_path)
+    truncate(seg, frame_positions(seg)[-1])
+    with FileLog(tmp_path, 1, fsync="interval", acknowledged=[5]) as log:
+        [lost] = log.lost
+        assert (lost.partition, lost.expected_end, lost.found_end) == (0, 5, 4)
+        assert log.recovery == [] and log.end_offsets() == [4]
+
+
+def test_row8_bad_crc_in_the_last_acknowledged_record_is_lost_data(tmp_path: Path) -> None:
+    seg = write_log(tmp_path)
+    last = frame_positions(seg)[-1]
+    flip_byte(seg, last + 30)  # a bit flip inside the body: the frame is complete, its CRC fails
+    before = snapshot(tmp_path)
+    with pytest.raises(CorruptLog) as info:
+        FileLog(tmp_path, 1, acknowledged=[5])
+    message = str(info.value)
+    assert "expected end offset 5, found 4" in message and f"byte {last}" in message
+    assert "CRC mismatch" in message
+    assert snapshot(tmp_path) == before
+
+
+def test_row8_without_fsync_always_the_damaged_record_is_cut_and_the_loss_reported(tmp_path: Path) -> None:
+    seg = write_log(tmp_path)
+    last = frame_positions(seg)[-1]
+    flip_byte(seg, last + 30)
+    with FileLog(tmp_path, 1, fsync="never", acknowledged=[5]) as log:
+        [cut] = log.recovery
+        [lost] = log.lost
+        assert cut.file_position == last and (lost.expected_end, lost.found_end) == (5, 4)
+    assert seg.stat().st_size == last
+
+
+def test_row9_a_torn_tail_past_the_evidence_is_still_cut(tmp_path: Path) -> None:
+    seg = write_log(tmp_path)
+    size = seg.stat().st_size
+    zero_fill(seg, 100)  # bytes past offset 4, the last acknowledged record
+    with FileLog(tmp_path, 1, acknowledged=[5]) as log:
+        [cut] = log.recovery
+        assert cut.next_offset == 5 and log.lost == []
+        assert [r.value for r in log.read(0, 0, 100)] == VALUES
+    assert seg.stat().st_size == size
+
+
+def test_row9_a_torn_record_that_was_never_acknowledged_is_cut(tmp_path: Path) -> None:
+    seg = write_log(tmp_path)
+    last = frame_positions(seg)[-1]
+    flip_byte(seg, last + 30)
+    with FileLog(tmp_path, 1, acknowledged=[4]) as log:  # record 4's append never returned
+        [cut] = log.recovery
+        assert cut.next_offset == 4 and log.lost == []
+
+
+def test_row10_bad_crc_in_the_last_record_without_evidence_is_cut_as_a_torn_tail(tmp_path: Path) -> None:
+    # Not detectable without evidence: a complete frame whose CRC fails is what a torn write
+    # leaves when the file's size reached the disk before its data (docs/log-format.md §5).
+    seg = write_log(tmp_path)
+    last = frame_positions(seg)[-1]
+    flip_byte(seg, last + 30)
+    with FileLog(tmp_path, 1) as log:
+        [cut] = log.recovery
+        assert cut.file_position == last and "CRC" in cut.reason
+        assert log.lost == []
+
+
+def test_row10_records_removed_at_a_boundary_without_evidence_open_clean(tmp_path: Path) -> None:
+    seg = write_log(tmp_path)
+    truncate(seg, frame_positions(seg)[-1])
+    with FileLog(tmp_path, 1) as log:
+        assert log.recovery == [] and log.lost == [] and log.end_offsets() == [4]
+
+
+def test_evidence_below_the_end_is_consistent(tmp_path: Path) -> None:
+    write_log(tmp_path)
+    with FileLog(tmp_path, 1, acknowledged=[3]) as log:
+        assert log.recovery == [] and log.lost == [] and log.end_offsets() == [5]
+
+
+def test_a_removed_newest_segment_below_the_evidence_is_lost_data(tmp_path: Path) -> None:
+    write_log(tmp_path, [b"x" * 300] * 8, segment_bytes=700)
+    segments = fmt.list_segments(fmt.partition_dir(tmp_path, 0))
+    assert len(segments) >= 2
+    segments[-1][1].unlink()
+    before = snapshot(tmp_path)
+    with pytest.raises(CorruptLog, match=f"expected end offset 8, found {segments[-1][0]}"):
+        FileLog(tmp_path, 1, acknowledged=[8])
+    assert snapshot(tmp_path) == before
+
+
+def test_a_refusal_in_one_partition_cuts_no_torn_tail_in_another(tmp_path: Path) -> None:
+    with FileLog(tmp_path, 2) as log:
+        for i in range(40):
+            log.append(record_key(f"conv-{i}", "a"), b"v" * 20)
+        ends = log.end_offsets()
+    assert min(ends) > 0
+    for p in (0, 1):
+        seg = fmt.list_segments(fmt.partition_dir(tmp_path, p))[-1][1]
+        truncate(seg, frame_positions(seg)[-1] + 3)  # partition 0: a torn tail past the evidence
+    before = snapshot(tmp_path)
+    with pytest.raises(CorruptLog, match="partition 1"):
+        FileLog(tmp_path, 2, acknowledged=[ends[0] - 1, ends[1]])
+    assert snapshot(tmp_path) == before
+
+
+def test_evidence_of_the_wrong_length_is_refused_before_any_io(tmp_path: Path) -> None:
+    with pytest.raises(InvalidConfiguration, match="2 partitions"):
+        FileLog(tmp_path / "log", 2, acknowledged=[1])
+    with pytest.raises(InvalidConfiguration, match="negative"):
+        FileLog(tmp_path / "log", 1, acknowledged=[-1])
+    assert not (tmp_path / "log").exists()
+
+
 # ---------------------------------------------------------------- around the table
 
 
@@ -216,16 +352,6 @@ def test_an_empty_newest_segment_after_a_roll_opens(tmp_path: Path) -> None:
         assert log.end_offsets() == [5]
         assert log.append(record_key("conv", "x"), b"x").offset == 5
         assert [r.value for r in log.read(0, 0, 100)] == [*VALUES, b"x"]
-
-
-def test_a_missing_partition_directory_is_recreated_empty(tmp_path: Path) -> None:
-    # Crash after meta.json was written and before the partition directories were.
-    FileLog(tmp_path, 2).close()
-    for seg in fmt.partition_dir(tmp_path, 1).iterdir():
-        seg.unlink()
-    fmt.partition_dir(tmp_path, 1).rmdir()
-    with FileLog(tmp_path, 2) as log:
-        assert log.end_offsets() == [0, 0]
 
 
 def test_a_missing_first_segment_is_corruption(tmp_path: Path) -> None:
