@@ -774,7 +774,9 @@ def cmd_log_verify(ns: argparse.Namespace, target: Target, out: Out) -> int:
     log_dir = target.data / "log"
     if not log_dir.is_dir():
         raise UsageError(f"no file log at {log_dir}: is --data pointing at a histlog data dir?")
-    evidence, note = state_checkpoints(target.state_dir)
+    from engine.state import read_evidence
+
+    evidence, note = read_evidence(target.state_dir)
     report = verify(log_dir, evidence)
     if evidence is None:
         report.evidence_note = note
@@ -788,45 +790,6 @@ def cmd_log_verify(ns: argparse.Namespace, target: Target, out: Out) -> int:
                 else "the engine will refuse to open: restore the named files from a backup")
         print(f"histlog: log verify found damage: {hint}", file=sys.stderr)
     return OK if report.clean else FAILED
-
-
-def state_checkpoints(state: Path) -> tuple[list[int] | None, str]:
-    """The core checkpoints of the RocksDB state in ``state`` (the evidence of acknowledged
-    records for ``log verify``), or ``None`` and why not. Writes nothing to ``state``.
-
-    rocksdict rewrites its ``rocksdict-config.json`` on every open, even a read-only one, so
-    the state is opened read-only through a scratch directory of symbolic links to its files.
-    """
-    if not (state / "CURRENT").is_file():
-        return None, f"no state at {state}: no evidence of acknowledged records"
-    from rocksdict import AccessType, Options, Rdict
-
-    from engine.facade import STATE_FORMAT
-    from projections.keys import checkpoint_key, meta_key, read_u64
-    from projections.runtime import CORE
-
-    with tempfile.TemporaryDirectory(prefix="histlog-verify-") as scratch:
-        for entry in state.iterdir():
-            if entry.name == "rocksdict-config.json":
-                shutil.copyfile(entry, Path(scratch) / entry.name)
-            elif entry.name != "LOCK" and not entry.name.startswith("LOG"):
-                os.symlink(entry.resolve(), Path(scratch) / entry.name)
-        try:
-            db = Rdict(scratch, Options(raw_mode=True), access_type=AccessType.read_only())
-        except Exception as exc:  # rocksdict raises a plain Exception with RocksDB's status text
-            return None, f"the state in {state} cannot be read ({_one_line(str(exc))}): no evidence"
-        try:
-            identity, layout = db.get(meta_key("identity")), db.get(meta_key("format"))
-            if identity is None or layout != STATE_FORMAT:
-                return None, f"the state in {state} is empty or of another layout: no evidence"
-            try:
-                partitions = int(json.loads(identity)["partitions"])
-            except (ValueError, KeyError, TypeError):
-                return None, f"the state in {state} has an unreadable identity: no evidence"
-            raw = [db.get(checkpoint_key(CORE, p)) for p in range(partitions)]
-        finally:
-            db.close()
-    return [read_u64(r) if r else 0 for r in raw], f"the checkpoints of the state in {state}"
 
 
 def cmd_bench(ns: argparse.Namespace, target: Target, out: Out) -> int:

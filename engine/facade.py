@@ -165,13 +165,7 @@ class HistoryEngine:
         root = Path(path)
 
         def open_file(evidence: Evidence) -> FileLog:
-            flog = FileLog(root / "log", partitions, fsync=fsync)
-            try:
-                evidence()
-            except BaseException:
-                flog.close()
-                raise
-            return flog
+            return FileLog(root / "log", partitions, fsync=fsync, acknowledged=evidence)
 
         def file_identity(flog: FileLog) -> dict[str, Any]:
             return {"backend": "file", "partitions": flog.partitions}

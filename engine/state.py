@@ -28,18 +28,21 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from engine.log.base import Log
 from projections import keys
-from projections.runtime import checkpoints, scratch_prefix
+from projections.runtime import CORE, checkpoints, scratch_prefix
 from projections.store import DamagedState, StateStore
 from schemas.errors import CorruptLog, InvalidConfiguration
 from schemas.positions import LogPosition
 
-__all__ = ["STATE_FORMAT", "Evidence", "lost_appends", "open_state"]
+__all__ = ["STATE_FORMAT", "Evidence", "lost_appends", "open_state", "read_evidence"]
 
 log = logging.getLogger("histlog.engine")
 
@@ -178,3 +181,39 @@ def _ahead(store: StateStore, state_dir: Path, applied: list[int], ends: list[in
             reason="acknowledged records missing", position=LogPosition(first, ends[first]))
     log.warning("state in %s is ahead of the log (%s): %s; rebuilding it from the log", state_dir, gaps, what)
     return _renew(store, state_dir)
+
+
+def read_evidence(state_dir: Path) -> tuple[list[int] | None, str]:
+    """The core checkpoints of the state in ``state_dir`` (the evidence of acknowledged records
+    that ``histlog log verify`` checks the log against), or ``None``, and a note saying which.
+    Writes nothing to ``state_dir``, and works while an engine holds it.
+
+    rocksdict rewrites its ``rocksdict-config.json`` on every open, even a read-only one, so the
+    state is opened read-only through a scratch directory of symbolic links to its files.
+    """
+    if not (state_dir / "CURRENT").is_file():
+        return None, f"no state at {state_dir}: no evidence of acknowledged records"
+    from rocksdict import AccessType, Options, Rdict
+
+    with tempfile.TemporaryDirectory(prefix="histlog-verify-") as scratch:
+        for entry in state_dir.iterdir():
+            if entry.name == "rocksdict-config.json":
+                shutil.copyfile(entry, Path(scratch) / entry.name)
+            elif entry.name != "LOCK" and not entry.name.startswith("LOG"):
+                os.symlink(entry.resolve(), Path(scratch) / entry.name)
+        try:
+            db = Rdict(scratch, Options(raw_mode=True), access_type=AccessType.read_only())
+        except Exception as exc:  # rocksdict raises a plain Exception with RocksDB's status text
+            return None, f"the state in {state_dir} cannot be read ({' '.join(str(exc).split())}): no evidence"
+        try:
+            identity, layout = db.get(keys.meta_key("identity")), db.get(keys.meta_key("format"))
+            if identity is None or layout != STATE_FORMAT:
+                return None, f"the state in {state_dir} is empty or of another layout: no evidence"
+            try:
+                partitions = int(json.loads(identity)["partitions"])
+            except (ValueError, KeyError, TypeError):
+                return None, f"the state in {state_dir} has an unreadable identity: no evidence"
+            raw = [db.get(keys.checkpoint_key(CORE, p)) for p in range(partitions)]
+        finally:
+            db.close()
+    return [keys.read_u64(r) if r else 0 for r in raw], f"the checkpoints of the state in {state_dir}"

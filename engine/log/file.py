@@ -53,7 +53,7 @@ import os
 import threading
 import time
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -128,7 +128,7 @@ class FileLog(Log):
     def __init__(self, path: str | os.PathLike[str], partitions: int | None = 1, *,
                  fsync: FsyncPolicy = "always", fsync_interval_ms: int = 100,
                  segment_bytes: int = DEFAULT_SEGMENT_BYTES,
-                 acknowledged: Sequence[int] | None = None) -> None:
+                 acknowledged: Sequence[int] | Callable[[], Sequence[int] | None] | None = None) -> None:
         """``partitions=None`` opens an existing log with its own count (a new one gets 1, or
         ``len(acknowledged)``).
 
@@ -137,9 +137,13 @@ class FileLog(Log):
         apply). Recovery then never accepts a partition ending below it: with
         ``fsync="always"`` it raises ``CorruptLog`` (partition, expected and found end
         offsets) and changes no file; otherwise (a power loss can take unsynced records) it
-        opens and lists the shortfall in ``lost``. ``None``: no evidence (as before).
+        opens and lists the shortfall in ``lost``. ``None``: no evidence (as before). A callable
+        is called once this log holds its writer lock, before recovery changes any file: the
+        engine opens its state there, so that of two engines on one directory the second meets
+        the log's lock (``LogUnavailable``) first, as it always has.
         """
-        evidence = _evidence(acknowledged)
+        deferred = acknowledged if callable(acknowledged) else None
+        evidence = None if callable(acknowledged) else _evidence(acknowledged)
         if partitions is None:
             partitions = _stored_partitions(Path(path)) or (len(evidence) if evidence else 1)
         if evidence is not None and len(evidence) != partitions:
@@ -158,6 +162,7 @@ class FileLog(Log):
         self._interval = max(1, fsync_interval_ms) / 1000.0
         self._segment_bytes = segment_bytes
         self._acknowledged = evidence
+        self._deferred = deferred
         self._created = False  # this open created (or completed the creation of) the log
         self._recovery = Recovery(self.path, partitions, evidence, strict=fsync == "always")
 
@@ -199,9 +204,10 @@ class FileLog(Log):
 
     def _open(self) -> None:
         # Phase 0: a log the evidence says held records is not silently created anew.
-        if self._fsync == "always" and any(self._acknowledged or ()) and layout.missing(self.path):
-            for p in range(self._partitions):
-                self._recovery.shortfall(p, 0, NO_LOG)
+        missing = layout.missing(self.path)
+        existed = self.path.exists()
+        if self._deferred is None:
+            self._refuse_missing(missing)
         # Phase 1: take the writer lock (one process, one FileLog per path).
         self.path.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(fmt.lock_path(self.path), os.O_RDWR | os.O_CREAT, 0o644)
@@ -211,6 +217,15 @@ class FileLog(Log):
             raise LogUnavailable(
                 f"file log {self.path} is locked by another process (or another FileLog in this "
                 "process); stop it or use another path") from None
+        if self._deferred is not None:  # the evidence, now that no other writer can change the log
+            self._take_evidence(self._deferred())
+            try:
+                self._refuse_missing(missing)
+            except CorruptLog:
+                if not existed:  # leave no trace of a log that was refused
+                    fmt.lock_path(self.path).unlink()
+                    self.path.rmdir()
+                raise
         # Phase 2: the partition count, fixed at creation (creating, or completing, a new log).
         self._created = layout.open_or_create(self.path, self._partitions)
         # Phases 3-4, for every partition before any file is changed: list the segments, scan
@@ -220,6 +235,18 @@ class FileLog(Log):
         # on first read).
         for plan in plans:
             self._apply(plan)
+
+    def _refuse_missing(self, missing: bool) -> None:
+        if self._fsync == "always" and any(self._acknowledged or ()) and missing:
+            for p in range(self._partitions):
+                self._recovery.shortfall(p, 0, NO_LOG)
+
+    def _take_evidence(self, acknowledged: Sequence[int] | None) -> None:
+        evidence = _evidence(acknowledged)
+        if evidence is not None and len(evidence) != self._partitions:
+            evidence = None  # from a state of another partition count: the engine refuses that state itself
+        self._acknowledged = evidence
+        self._recovery = Recovery(self.path, self._partitions, evidence, strict=self._fsync == "always")
 
     def _apply(self, plan: Plan) -> None:
         """Carry out a plan: cut the torn tail (reported), record a loss, open the tail."""

@@ -181,13 +181,42 @@ def test_a_state_ahead_of_a_durable_log_is_refused_and_kept(tmp_path: Path) -> N
     _state_ahead(tmp_path, "always")
     state = tmp_path / "short" / "state"
     before = state_items(state, tmp_path / "copy")
-    with pytest.raises(CorruptLog, match="lost acknowledged records") as info:
+    with pytest.raises(CorruptLog, match="acknowledged") as info:
         HistoryEngine.open(tmp_path / "short")
     message = str(info.value)
-    assert "partition 0: state at offset 5, log ends at 2" in message
-    assert "c/a2" in message and "c/a4" in message  # what is lost, by name
+    assert "partition 0" in message and "expected end offset 5, found 2" in message
     assert "--accept-log-loss" in message
+    assert info.value.reason == "acknowledged records missing"
     assert state_items(state, tmp_path / "copy") == before  # the evidence is kept, untouched
+
+
+def test_a_state_ahead_of_a_log_without_a_tail_to_check_names_the_lost_appends(tmp_path: Path) -> None:
+    """The decision itself, for a log that takes no evidence (Kafka): the same refusal, naming
+    the accepted appends that are gone."""
+    from engine.log.memory import MemoryLog
+    from engine.state import open_state
+    from projections.store import StateStore
+
+    def identity(_log: MemoryLog) -> dict[str, object]:
+        return {"backend": "memory", "partitions": 1}
+
+    longer = MemoryLog()
+    log_, store = open_state(tmp_path / "state", lambda _e: longer, identity, durable=True)
+    with HistoryEngine(log_, store) as eng:
+        for i in range(5):
+            eng.append(turn("c", f"a{i}", f"m{i}"))
+        shorter = MemoryLog()  # as if the log had lost its last 3 records
+        for record in longer.read(0, 0, 2):
+            shorter.append(record.key, record.value)
+    with pytest.raises(CorruptLog, match="lost acknowledged records") as info:
+        open_state(tmp_path / "state", lambda _e: shorter, identity, durable=True)
+    message = str(info.value)
+    assert "partition 0: state at offset 5, log ends at 2" in message
+    assert "3 accepted append(s)" in message and "c/a2 at 0:2" in message and "c/a4 at 0:4" in message
+    StateStore(tmp_path / "state").close()  # refused, and released
+    log_, store = open_state(tmp_path / "state", lambda _e: shorter, identity, durable=False)
+    with HistoryEngine(log_, store) as eng:  # a log that may lose its tail: rebuilt instead
+        assert [e.append_id for e in eng.entries("c")] == ["a0", "a0", "a1", "a1"]
 
 
 def test_accepting_the_log_loss_rebuilds_from_what_the_log_holds(tmp_path: Path,
