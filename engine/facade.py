@@ -40,7 +40,7 @@ from schemas.errors import (
     PreconditionFailed,
     TurnNotReplaceable,
 )
-from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, encode_event
+from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, encode_event, now_ms
 from schemas.ids import ConversationID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
@@ -99,7 +99,7 @@ class EngineStats:
 
 
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return now_ms()  # InvalidConfiguration, before any I/O, when the host clock is before 1970 or after 9999
 
 
 class HistoryEngine:
