@@ -53,7 +53,7 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from schemas.canonical import DIGEST_PATTERN, digest_of
-from schemas.errors import CorruptLog, HistoryError, InvalidConfiguration
+from schemas.errors import CorruptLog, HistoryError, InvalidBatch, InvalidConfiguration
 from schemas.ids import AppendID, ConversationID
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -213,7 +213,13 @@ class TurnReplaced:
     def of(cls, batch: Batch, created_at_ms: int, old_turn_id: str, reason: str) -> TurnReplaced:
         """The event that replaces turn ``old_turn_id`` with ``batch``.
 
-        Raises ``InvalidConfiguration`` for an unrepresentable ``created_at_ms``."""
+        Raises ``InvalidConfiguration`` for an unrepresentable ``created_at_ms`` and
+        ``InvalidBatch`` when ``old_turn_id`` is not a turn id (``HistoryTurn.id``): such an
+        event would be poison. ``reason`` is the caller's to check (the engine does), so tests
+        can still build a poison replacement on purpose."""
+        if not isinstance(old_turn_id, str) or _turn_id_problem(old_turn_id):
+            raise InvalidBatch(f"invalid old_turn_id {old_turn_id!r}: expected a turn id (HistoryTurn.id, "
+                               "e.g. 'a-2/0'); read latest_turn() for the id of the latest visible turn")
         return cls(batch.conversation_id, batch.append_id, batch.digest, batch.canonical_json(), len(batch),
                    batch.content_bytes(), check_time_ms(created_at_ms), old_turn_id, reason)
 
@@ -264,6 +270,18 @@ class _Invalid(ValueError):
 _TURN_INDEX: Final = re.compile(r"0|[1-9][0-9]{0,9}")
 
 
+def _turn_id_problem(value: str) -> str:
+    """Why ``value`` is not a turn id, ``append-id/index`` ("" when it is)."""
+    append_id, slash, index = value.rpartition("/")
+    if not slash or _TURN_INDEX.fullmatch(index) is None:
+        return f"{value[:80]!r} is not a turn id (append-id/index, e.g. 'a-2/0')"
+    try:
+        AppendID(append_id)
+    except HistoryError as e:
+        return f"{value[:80]!r} is not a turn id: {e}"
+    return ""
+
+
 def _valid_id(rec: dict[str, Any], field: str, kind: type[ConversationID] | type[AppendID]) -> None:
     try:
         rec[field] = kind(rec[field])
@@ -309,13 +327,9 @@ def _build_cleared(rec: dict[str, Any]) -> Event:
 
 def _build_replaced(rec: dict[str, Any]) -> Event:
     _valid_batch_fields(rec)
-    append_id, slash, index = rec["old_turn_id"].rpartition("/")
-    if not slash or _TURN_INDEX.fullmatch(index) is None:
-        raise _Invalid("old_turn_id", f"{rec['old_turn_id'][:80]!r} is not a turn id (append-id/index)")
-    try:
-        AppendID(append_id)
-    except HistoryError as e:
-        raise _Invalid("old_turn_id", f"{rec['old_turn_id'][:80]!r} is not a turn id: {e}") from None
+    problem = _turn_id_problem(rec["old_turn_id"])
+    if problem:
+        raise _Invalid("old_turn_id", problem)
     if rec["reason"] not in REPLACE_REASONS:
         raise _Invalid("reason", f"turn replacement reason {rec['reason'][:80]!r} is not one of "
                                  f"{', '.join(REPLACE_REASONS)}")

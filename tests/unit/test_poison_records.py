@@ -110,3 +110,18 @@ def test_a_host_clock_that_cannot_be_recorded_refuses_every_write_before_io(
         monkeypatch.undo()
         assert eng.stats().end_offsets == before  # nothing was written
         assert [m.text() for m in eng.read("c")] == ["hello"]
+
+
+@pytest.mark.parametrize("old_turn_id", ["nonsense", "a1/", "a1/01", "/0", " a1/0"])
+def test_replacing_a_malformed_turn_id_is_refused_before_io(tmp_path: Path, old_turn_id: str) -> None:
+    """Such a TurnReplaced would be poison (docs/events.md §5): the writer never sends it."""
+    from schemas import InvalidBatch, TurnNotReplaceable
+
+    with HistoryEngine.open(tmp_path / "d") as eng:
+        eng.append(Batch("c", "a1", [Message.user("hello")]))
+        before = eng.stats().end_offsets
+        with pytest.raises(InvalidBatch, match="turn id"):  # a conversation without turns: no fast refusal
+            eng.replace_turn(Batch("fresh", "r1", [Message.user("y")]), old_turn_id, "edit")
+        with pytest.raises((InvalidBatch, TurnNotReplaceable)):  # local state may already prove it
+            eng.replace_turn(Batch("c", "r1", [Message.user("y")]), old_turn_id, "edit")
+        assert eng.stats().end_offsets == before
