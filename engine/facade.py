@@ -40,10 +40,11 @@ from schemas.errors import (
     PreconditionFailed,
     TurnNotReplaceable,
 )
-from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, encode_event, now_ms
+from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, encode_event
 from schemas.ids import ConversationID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
+from schemas.times import now_ms
 
 __all__ = ["EMPTY", "EngineStats", "HistoryEngine", "Progress"]
 

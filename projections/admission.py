@@ -38,9 +38,10 @@ from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnRepla
 from projections.store import Tx
 from schemas.batch import Batch, Receipt
 from schemas.errors import CorruptLog
-from schemas.events import ConversationCleared, TurnReplaced, decode_event, event_batch, time_of
+from schemas.events import ConversationCleared, TurnReplaced, decode_event, event_batch
 from schemas.ids import AppendID, ConversationID
 from schemas.positions import LogPosition
+from schemas.times import time_of
 
 __all__ = ["Decision", "Outcome", "admit"]
 

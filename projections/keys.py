@@ -28,7 +28,7 @@ key                    meaning                                         value
 =====================  ==============================================  =========================================
 
 Every fixed-width field holds whatever admission accepts, because ``schemas.events`` lets through
-only valid events (the rule lives there, not here): times are ``0..MAX_TIME_MS`` (``Q``);
+only valid events (the rules live there and in ``schemas.times``): times are ``0..MAX_TIME_MS`` (``Q``);
 ``message_count`` is an Avro int (so a batch index fits ``I``); ids are at most 1024 UTF-8 bytes
 (their lengths, and ``append-id/0`` of ``superseded_by``, fit ``H``); one message's content is part
 of one log record, at most 1 GiB on a FileLog and far less on Kafka (``I``); seqs, ordinals,

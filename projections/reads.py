@@ -17,10 +17,10 @@ from projections.store import Snapshot, StateStore
 from projections.window import fit_turns, merge_system
 from schemas.batch import HistoryLoad, HistoryTurn, Measure, StoredMessage, TurnSource
 from schemas.errors import NotFound
-from schemas.events import time_of
 from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
+from schemas.times import time_of
 
 __all__ = ["Reads"]
 

@@ -15,13 +15,13 @@ Promises:
   ``AppendID`` (returned as those types), ``digest`` is ``sha256:`` + 64 lowercase hex digits,
   ``message_count`` is 1..2**31-1, ``content_bytes`` 0..2**63-1, ``created_at_ms`` a
   representable time (``MIN_TIME_MS``..``MAX_TIME_MS``), ``expected_last`` null, ``""`` or an
-  append id, ``old_turn_id`` a turn id (``append-id/index``), ``reason`` ``edit`` or ``retry``.
+  append id, ``old_turn_id`` a turn id (``append-id/index``), ``reason`` ``edit`` or ``retry``
+  (the time range is defined once, in ``schemas/times.py``).
   ``event_batch`` checks the ``messages`` bytes of a decoded event against its digest, count and
   sizes. Together they decide, from the record's bytes alone, whether it is poison, so every
   value that reaches the projections fits their fixed-width rows.
 * Writers refuse an unrepresentable time before any I/O: ``BatchAppended.of``,
-  ``TurnReplaced.of`` and ``encode_event`` raise ``InvalidConfiguration``; ``now_ms`` (the
-  engine's clock) raises it when the host clock reads before 1970 or after 9999.
+  ``TurnReplaced.of`` and ``encode_event`` raise ``InvalidConfiguration``.
 * ``encode_event`` is deterministic: equal events give equal bytes (pinned by golden tests;
   a change is a breaking log-format change).
 * ``decode_event`` raises only ``CorruptLog`` (with a short ``reason``) for any input that is
@@ -41,10 +41,8 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
 from io import BytesIO
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
@@ -53,8 +51,9 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from schemas.canonical import DIGEST_PATTERN, digest_of
-from schemas.errors import CorruptLog, HistoryError, InvalidBatch, InvalidConfiguration
+from schemas.errors import CorruptLog, HistoryError, InvalidBatch
 from schemas.ids import AppendID, ConversationID
+from schemas.times import check_time_ms, time_problem
 
 if TYPE_CHECKING:  # pragma: no cover
     from schemas.batch import Batch
@@ -65,8 +64,6 @@ __all__ = [
     "CONVERSATION_CLEARED_FINGERPRINT",
     "HEADER_SIZE",
     "MAGIC",
-    "MAX_TIME_MS",
-    "MIN_TIME_MS",
     "NAMESPACE",
     "REPLACE_REASONS",
     "TURN_REPLACED_FINGERPRINT",
@@ -74,16 +71,13 @@ __all__ = [
     "ConversationCleared",
     "Event",
     "TurnReplaced",
-    "check_time_ms",
     "current_schema",
     "decode_event",
     "encode_event",
     "event_batch",
     "fingerprint_of",
-    "now_ms",
     "register_writer_schema",
     "schema_fingerprint",
-    "time_of",
 ]
 
 MAGIC: Final = b"\xc3\x01"
@@ -99,55 +93,8 @@ _INT_MAX: Final = (1 << 31) - 1
 _LONG_MIN: Final = -(1 << 63)
 _LONG_MAX: Final = (1 << 63) - 1
 
-MIN_TIME_MS: Final = 0
-"""The earliest event time: 1970-01-01T00:00:00.000Z, in ms since the Unix epoch."""
-
-MAX_TIME_MS: Final = 253_402_300_799_999
-"""The latest event time: 9999-12-31T23:59:59.999Z. ``MIN_TIME_MS..MAX_TIME_MS`` is the one
-definition of a representable time: ``time_of`` turns each into a ``datetime`` and the state's
-unsigned 64-bit fields hold each. Writers refuse any other time, readers treat it as poison."""
-
 REPLACE_REASONS: Final = ("edit", "retry")
 """The reasons a ``TurnReplaced`` may give (their order is the state's reason code)."""
-
-_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _time_problem(ms: object) -> str:
-    """Why ``ms`` is not a representable time ("" when it is)."""
-    if type(ms) is not int:
-        return f"{ms!r} is not an int"
-    if not MIN_TIME_MS <= ms <= MAX_TIME_MS:
-        return (f"{ms} is outside {MIN_TIME_MS}..{MAX_TIME_MS} ms since the Unix epoch "
-                "(1970-01-01 to 9999-12-31 UTC)")
-    return ""
-
-
-def check_time_ms(ms: int) -> int:
-    """``ms`` when it is a representable event time; else ``InvalidConfiguration``."""
-    problem = _time_problem(ms)
-    if problem:
-        raise InvalidConfiguration(f"created_at_ms {problem}: histlog can record no such time; "
-                                   "give a time in that range (if it came from a clock, fix the clock)")
-    return ms
-
-
-def now_ms() -> int:
-    """The host clock in ms since the epoch, checked: ``InvalidConfiguration`` when it reads a
-    time no event can hold (before 1970 or after 9999), so nothing is written with it."""
-    ns = time.time_ns()
-    ms = ns // 1_000_000
-    if not MIN_TIME_MS <= ms <= MAX_TIME_MS:
-        raise InvalidConfiguration(
-            f"the host clock reads {ns} ns since the Unix epoch, outside what histlog can record "
-            "(1970-01-01 to 9999-12-31 UTC); fix the clock, nothing was written")
-    return ms
-
-
-def time_of(ms: int) -> datetime:
-    """The UTC ``datetime`` of a representable time, exactly (no float rounding)."""
-    return _EPOCH + timedelta(milliseconds=ms)
-
 
 @dataclass(frozen=True, slots=True)
 class BatchAppended:
@@ -297,7 +244,7 @@ def _valid_int(rec: dict[str, Any], field: str, lo: int, hi: int) -> None:
 def _valid_common(rec: dict[str, Any]) -> None:
     """The rules of the fields every event has (``conversation_id``, ``created_at_ms``)."""
     _valid_id(rec, "conversation_id", ConversationID)
-    problem = _time_problem(rec["created_at_ms"])
+    problem = time_problem(rec["created_at_ms"])
     if problem:
         raise _Invalid("created_at_ms", problem)
 

@@ -26,7 +26,6 @@ from schemas.events import (
     CONVERSATION_CLEARED_FINGERPRINT,
     HEADER_SIZE,
     MAGIC,
-    MAX_TIME_MS,
     TURN_REPLACED_FINGERPRINT,
     BatchAppended,
     ConversationCleared,
@@ -40,6 +39,7 @@ from schemas.events import (
     schema_fingerprint,
 )
 from schemas.ids import ConversationID
+from schemas.times import MAX_TIME_MS
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "events"
@@ -475,7 +475,7 @@ def test_decoded_ids_are_validated_id_types() -> None:
 def test_representable_times_are_exact_datetimes() -> None:
     from datetime import UTC, datetime
 
-    from schemas.events import time_of
+    from schemas.times import time_of
 
     assert time_of(0) == datetime(1970, 1, 1, tzinfo=UTC)
     assert time_of(MAX_TIME_MS) == datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)
@@ -500,7 +500,7 @@ def test_the_event_constructors_refuse_an_unrepresentable_time(ms: int) -> None:
 def test_a_host_clock_outside_the_representable_times_is_refused(ns: int, monkeypatch: pytest.MonkeyPatch) -> None:
     import time
 
-    from schemas.events import now_ms
+    from schemas.times import now_ms
 
     monkeypatch.setattr(time, "time_ns", lambda: ns)
     with pytest.raises(InvalidConfiguration, match=r"host clock.*fix the clock"):

@@ -16,7 +16,7 @@ import pytest
 
 from engine import HistoryEngine
 from schemas import Batch, ConversationClosed, Message
-from schemas.events import MAX_TIME_MS
+from schemas.times import MAX_TIME_MS
 from tests.poison_support import Tape, batch_record, clear_record, frame, key_of, replaced_record, snapshot
 
 YEAR_10000_MS = 253_402_300_800_000  # 10000-01-01T00:00:00Z: one millisecond past the representable range
