@@ -45,6 +45,7 @@ from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, enc
 from schemas.ids import ConversationID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
+from schemas.times import now_ms
 
 __all__ = ["EMPTY", "EngineStats", "HistoryEngine", "Progress"]
 
@@ -97,7 +98,7 @@ class EngineStats:
 
 
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return now_ms()  # InvalidConfiguration, before any I/O, when the host clock is before 1970 or after 9999
 
 
 class HistoryEngine:

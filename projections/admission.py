@@ -3,9 +3,11 @@
 Applied to each record in log order, per partition, deterministically, so every instance that
 consumes the same log reaches the same decisions:
 
-* undecodable value, unknown schema, a key that does not match the event, invalid ids, a digest
-  that does not match the stored bytes, bytes that are not the canonical JSON of valid messages
-  → **corrupt** (a poison record: counted, quarantined with its position, skipped);
+* a value that is not a valid event (``decode_event`` and ``event_batch`` in ``schemas/events.py``
+  are the one home of that rule: undecodable, unknown schema, any field out of its range, a
+  digest that does not match the stored bytes, bytes that are not the canonical JSON of valid
+  messages...) or a key that does not match the event → **corrupt** (a poison record: counted,
+  quarantined with its position, skipped);
 * ``BatchAppended(c, a, d)``: ``c`` closed → **rejected_closed**; a receipt for ``(c, a)``
   exists → same digest: **duplicate** (the original receipt), other digest: **conflict**;
   else **accepted** (receipt evidence stored, message sequence numbers assigned by the full
@@ -20,25 +22,26 @@ consumes the same log reaches the same decisions:
 * ``ConversationCleared(c)``: ``c`` becomes closed forever (**cleared**; a repeated clear is a
   no-op **duplicate**); its receipts and rows are dropped, the closure stays.
 
-The digest is checked before anything else, so a damaged record is poison whatever state it
-meets. Messages are parsed only for records that are about to be accepted.
+Whether a record is poison is decided from its key and value alone, before any state is read,
+so a damaged record is poison whatever state it meets, on every instance, with or without custom
+projections: a record that is not poison always fits the state's rows (``keys``). Messages are
+parsed for every record (except batches this process wrote itself: ``Known``).
 """
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from projections import full, keys
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from projections.store import Tx
 from schemas.batch import Batch, Receipt
-from schemas.canonical import digest_of
-from schemas.errors import CorruptLog, HistoryError
-from schemas.events import ConversationCleared, TurnReplaced, decode_event
+from schemas.errors import CorruptLog
+from schemas.events import ConversationCleared, TurnReplaced, decode_event, event_batch
 from schemas.ids import AppendID, ConversationID
 from schemas.positions import LogPosition
+from schemas.times import time_of
 
 __all__ = ["Decision", "Outcome", "admit"]
 
@@ -114,17 +117,18 @@ def admit(tx: Tx, stats: keys.Stats, position: LogPosition, key: bytes, value: b
 def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known | None,
            want_event: bool) -> tuple[Decision, ProjectedEvent | None]:
     try:
-        event = decode_event(value)
+        event = decode_event(value)  # only valid events: ids, ranges, times, formats
+        if isinstance(event, ConversationCleared):
+            batch = None
+            append_id = b""
+        else:
+            batch = event_batch(event, known.get((key, event.digest)) if known else None)
+            append_id = event.append_id.encode("utf-8")
     except CorruptLog as e:
         return _corrupt(e.reason or str(e))
-    try:
-        conversation_id = ConversationID(event.conversation_id)
-        append_id = AppendID(event.append_id) if not isinstance(event, ConversationCleared) else None
-    except HistoryError as e:
-        return _corrupt(f"invalid id: {e}")
+    conversation_id = ConversationID(event.conversation_id)  # already one: returned as is
     conv = conversation_id.encode("utf-8")
-    expected_key = conv + _SEP + (append_id.encode("utf-8") if append_id is not None else b"")
-    if key != expected_key:
+    if key != conv + _SEP + append_id:
         return _corrupt("record key does not match the event")
     raw_row = tx.get(keys.conv_key(conv))
     row = keys.ConversationRow.decode(raw_row) if raw_row is not None else None
@@ -136,35 +140,21 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         tx.put(keys.conv_key(conv), keys.ConversationRow(closed=True).encode())
         if not want_event:
             return Decision(Outcome.CLEARED), None
-        return Decision(Outcome.CLEARED), ClearEvent(conversation_id, position, _time(event.created_at_ms))
+        return Decision(Outcome.CLEARED), ClearEvent(conversation_id, position, time_of(event.created_at_ms))
 
-    assert append_id is not None  # Invariant: only BatchAppended and TurnReplaced reach here.
-    if digest_of(event.messages) != event.digest:
-        return _corrupt("digest mismatch")
-    if isinstance(event, TurnReplaced) and event.reason not in keys.REASONS:
-        return _corrupt(f"turn replacement reason {event.reason!r} is not one of {', '.join(keys.REASONS)}")
+    assert batch is not None  # Invariant: only BatchAppended and TurnReplaced reach here.
     if row is not None and row.closed:
         return Decision(Outcome.REJECTED_CLOSED), None
-    rkey = keys.receipt_key(conv, append_id.encode("utf-8"))
+    rkey = keys.receipt_key(conv, append_id)
     raw_receipt = tx.get(rkey)
     if raw_receipt is not None:
         prior = keys.ReceiptRow.decode(raw_receipt)
         if prior.digest == event.digest:
             return Decision(Outcome.DUPLICATE, prior.digest, LogPosition(prior.partition, prior.offset)), None
         return Decision(Outcome.CONFLICT, prior.digest), None
-    batch = known.get((key, event.digest)) if known else None
-    if batch is None or batch.canonical_json() != event.messages:
-        try:
-            batch = Batch.from_canonical(conversation_id, append_id, event.messages)
-        except HistoryError as e:
-            return _corrupt(f"messages are not canonical valid messages: {e}")
-    if len(batch) != event.message_count or batch.content_bytes() != event.content_bytes:
-        return _corrupt("message_count or content_bytes does not match the messages")
     row = row or keys.ConversationRow()
     hidden = range(0)
     if isinstance(event, TurnReplaced):
-        if batch.messages[0].role != "user":
-            return _corrupt("a replacement turn must start with its user message")
         latest = full.latest_turn(tx, conv, row)
         refusal = _refusal(tx, conv, latest, event, batch)
         if refusal:
@@ -178,18 +168,19 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         return Decision(Outcome.PRECONDITION_FAILED, reason=f"expected last append {expected}, found {found}"), None
     else:
         first_seq, first_ord = full.append(tx, conv, row, batch, event.created_at_ms)
-    row.last_append = append_id
+    row.last_append = batch.append_id
     tx.put(keys.conv_key(conv), row.encode())
     tx.put(rkey, keys.ReceiptRow(event.digest, position.partition, position.offset, first_seq,
                                  len(batch), first_ord).encode())
     decision = Decision(Outcome.ACCEPTED, event.digest, position)
     if not want_event:
         return decision, None
-    created = _time(event.created_at_ms)
+    created = time_of(event.created_at_ms)
     if isinstance(event, TurnReplaced):
-        return decision, TurnReplacedEvent(conversation_id, event.old_turn_id, event.reason, append_id,
+        return decision, TurnReplacedEvent(conversation_id, event.old_turn_id, event.reason, batch.append_id,
                                            batch.messages, event.digest, position, created, first_seq, hidden)
-    return decision, BatchEvent(conversation_id, append_id, batch.messages, event.digest, position, created, first_seq)
+    return decision, BatchEvent(conversation_id, batch.append_id, batch.messages, event.digest, position, created,
+                                first_seq)
 
 
 def _refusal(tx: Tx, conv: bytes, latest: tuple[str, int] | None, event: TurnReplaced, batch: Batch) -> str:
@@ -207,6 +198,3 @@ def _refusal(tx: Tx, conv: bytes, latest: tuple[str, int] | None, event: TurnRep
             return "a retry keeps the user message; its content differs from the old turn's (use reason 'edit')"
     return ""
 
-
-def _time(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)

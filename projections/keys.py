@@ -26,12 +26,21 @@ key                    meaning                                         value
 ``X``                  admission outcome counters                      7 x u64
 ``m`` name             metadata (backend identity)                     JSON
 =====================  ==============================================  =========================================
+
+Every fixed-width field holds whatever admission accepts, because ``schemas.events`` lets through
+only valid events (the rules live there and in ``schemas.times``): times are ``0..MAX_TIME_MS`` (``Q``);
+``message_count`` is an Avro int (so a batch index fits ``I``); ids are at most 1024 UTF-8 bytes
+(their lengths, and ``append-id/0`` of ``superseded_by``, fit ``H``); one message's content is part
+of one log record, at most 1 GiB on a FileLog and far less on Kafka (``I``); seqs, ordinals,
+turns, offsets and byte sums only grow by what the log holds (``Q``); partitions fit ``I``.
 """
 
 from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+
+from schemas.events import REPLACE_REASONS
 
 __all__ = [
     "RECEIPT_END",
@@ -294,7 +303,7 @@ class AggregateRow:
 
 
 _HIDDEN = struct.Struct(">QBH")
-REASONS = ("edit", "retry")
+REASONS = REPLACE_REASONS
 
 
 class HiddenRow:

@@ -9,7 +9,7 @@ seqs and ordinals are both contiguous, so a cursor becomes an ordinal bound in O
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 
 from projections import keys
@@ -20,6 +20,7 @@ from schemas.errors import NotFound
 from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
+from schemas.times import time_of
 
 __all__ = ["Reads"]
 
@@ -54,7 +55,7 @@ def message_id(append_id: str, index: int) -> str:
 
 
 def _time(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, UTC)
+    return time_of(ms)  # the one conversion of event times, exact (admission only stores representable ones)
 
 
 def _stored(row: keys.MessageRow, superseded_by: str | None = None, reason: str | None = None) -> StoredMessage:

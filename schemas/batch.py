@@ -9,7 +9,6 @@ events read from the log: it only accepts bytes that are exactly canonical.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -18,7 +17,7 @@ from typing import Any, Final, Generic, TypeVar
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from schemas.canonical import digest_of, loads_exact
+from schemas.canonical import DIGEST_PATTERN, digest_of, loads_exact
 from schemas.errors import InvalidBatch, InvalidMessage, InvalidReceipt
 from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message, Role, invalid
@@ -37,7 +36,6 @@ __all__ = [
 _MESSAGES: Final = TypeAdapter(list[Message])
 """Built once: validates the canonical array of a batch (``from_canonical``)."""
 
-_DIGEST: Final = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def _join(messages: tuple[Message, ...]) -> bytes:
@@ -259,7 +257,7 @@ class Receipt:
     def __post_init__(self) -> None:
         object.__setattr__(self, "conversation_id", ConversationID(self.conversation_id))
         object.__setattr__(self, "append_id", AppendID(self.append_id))
-        if not isinstance(self.digest, str) or _DIGEST.fullmatch(self.digest) is None:
+        if not isinstance(self.digest, str) or DIGEST_PATTERN.fullmatch(self.digest) is None:
             raise InvalidReceipt(
                 f"invalid receipt: digest {self.digest!r} is not 'sha256:' + 64 lowercase hex digits"
             )

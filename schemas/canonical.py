@@ -6,6 +6,12 @@ U+0000-U+001F; ``\\b \\f \\n \\r \\t`` short, every other control character as `
 lowercase hex; nothing else, not even U+007F or U+2028); numbers spelled exactly as given
 (unlike RFC 8785), integers and floats that come from Python values spelled once by orjson.
 
+Nesting is bounded: a JSON value (a metadata value, tool ``details``) holds at most
+``MAX_DEPTH`` (64) levels of arrays and objects, and any JSON text histlog parses at most
+``MAX_DOCUMENT_DEPTH`` (the value limit plus room for the message and batch envelope). Deeper
+input is refused with ``InvalidMessage`` (``ValueError`` from ``loads_exact``) *before* any
+recursive step, so no input can reach Python's recursion limit.
+
 ``RawJSON`` holds one JSON value in that canonical form. The writer is orjson with
 ``OPT_SORT_KEYS``; already-canonical pieces (a ``RawJSON``, a part's cached bytes) are passed
 through as ``orjson.Fragment`` so nothing is parsed or spelled twice.
@@ -16,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -27,7 +34,10 @@ from pydantic_core import core_schema
 from schemas.errors import InvalidMessage
 
 __all__ = [
+    "DIGEST_PATTERN",
     "EMPTY_METADATA",
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_DEPTH",
     "FrozenDict",
     "RawJSON",
     "digest_of",
@@ -37,6 +47,18 @@ __all__ = [
 
 _SORT: Final = orjson.OPT_SORT_KEYS
 _Fragment: Final = orjson.Fragment
+
+
+DIGEST_PATTERN: Final = re.compile(r"sha256:[0-9a-f]{64}")
+"""What every digest looks like (``fullmatch``): ``sha256:`` and 64 lowercase hex digits."""
+
+MAX_DEPTH: Final = 64
+"""The deepest a JSON value (metadata value, tool ``details``) may nest arrays and objects: ``[]``
+is 1 level, ``[[]]`` 2. Far below Python's recursion limit and orjson's own (255)."""
+
+MAX_DOCUMENT_DEPTH: Final = MAX_DEPTH + 16
+"""The deepest any JSON text may nest: a value at ``MAX_DEPTH`` plus the envelope of a batch
+file (``{"messages":[{"parts":[{"output":{"details":...}}]}]}`` is 6 levels), with room to spare."""
 
 
 def digest_of(data: bytes) -> str:
@@ -80,6 +102,26 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_STRUCTURE: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+"""A whole JSON string (skipped: brackets in it are text) or one bracket."""
+
+
+def _too_deep(text: str, limit: int) -> bool:
+    """Whether ``text`` nests arrays/objects deeper than ``limit``, found without recursion."""
+    if text.count("[") + text.count("{") <= limit:  # cannot nest deeper than it has openers
+        return False
+    depth = 0
+    for match in _STRUCTURE.finditer(text):
+        token = match.group()
+        if token == "[" or token == "{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif token == "]" or token == "}":
+            depth -= 1
+    return False
+
+
 _DECODER: Final = json.JSONDecoder(
     parse_int=_Num, parse_float=_Num, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates
 )
@@ -88,8 +130,9 @@ _DECODER: Final = json.JSONDecoder(
 def loads_exact(data: str | bytes | bytearray | memoryview) -> Any:
     """Parse JSON keeping every number's exact spelling (as an internal ``_Num``).
 
-    Rejects invalid JSON, invalid UTF-8, ``NaN``/``Infinity`` and duplicate object keys with a
-    ``ValueError`` saying why. Lone surrogates in strings are *not* rejected here: the canonical
+    Rejects invalid JSON, invalid UTF-8, ``NaN``/``Infinity``, duplicate object keys and text
+    nested deeper than ``MAX_DOCUMENT_DEPTH`` (checked before parsing) with a ``ValueError``
+    saying why. Lone surrogates in strings are *not* rejected here: the canonical
     writer refuses them. Objects become ``dict``, arrays ``list``.
     """
     if isinstance(data, (bytes, bytearray, memoryview)):
@@ -101,16 +144,25 @@ def loads_exact(data: str | bytes | bytearray | memoryview) -> Any:
         text = data
     else:
         raise ValueError(f"expected JSON text (str or bytes), got {type(data).__name__}")
+    if _too_deep(text, MAX_DOCUMENT_DEPTH):
+        raise ValueError(f"JSON nested deeper than {MAX_DOCUMENT_DEPTH} levels of arrays and objects "
+                         f"(metadata values and tool details may nest at most {MAX_DEPTH}); flatten it")
     try:
         return _DECODER.decode(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    except RecursionError:
-        raise ValueError("invalid JSON: nested too deeply") from None
 
 
-def _prepare(value: Any, where: str) -> Any:
-    """Turn a Python JSON-like value into an orjson-ready tree, rejecting what JSON cannot hold."""
+def _deep(where: str) -> ValueError:
+    root = where.split("[", 1)[0]  # the path down 64 levels says nothing useful
+    return ValueError(f"{root} nested deeper than {MAX_DEPTH} levels of arrays and objects "
+                      f"(a JSON value may nest at most {MAX_DEPTH}); flatten it")
+
+
+def _prepare(value: Any, where: str, depth: int = 0) -> Any:
+    """Turn a Python JSON-like value into an orjson-ready tree, rejecting what JSON cannot hold
+    and nesting deeper than ``MAX_DEPTH`` (``depth``: containers around ``value``), which also
+    stops a self-containing list or dict."""
     if value is None or value is True or value is False:
         return value
     cls = type(value)
@@ -127,22 +179,26 @@ def _prepare(value: Any, where: str) -> Any:
             raise ValueError(f"{where}: {value!r} is not a JSON number (NaN and Infinity are not allowed)")
         return value
     if isinstance(value, Mapping):
+        if depth >= MAX_DEPTH:
+            raise _deep(where)
         out: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str):
                 raise ValueError(f"{where}: object key {key!r} is not a string")
-            out[str(key)] = _prepare(item, f"{where}[{key!r}]")
+            out[str(key)] = _prepare(item, f"{where}[{key!r}]", depth + 1)
         return out
     if isinstance(value, (list, tuple)):
-        return [_prepare(item, f"{where}[{i}]") for i, item in enumerate(value)]
+        if depth >= MAX_DEPTH:
+            raise _deep(where)
+        return [_prepare(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(value)]
     if isinstance(value, bool):
         return bool(value)
     if isinstance(value, str):
         return str(value)
     if isinstance(value, int):
-        return _prepare(int(value), where)
+        return _prepare(int(value), where, depth)
     if isinstance(value, float):
-        return _prepare(float(value), where)
+        return _prepare(float(value), where, depth)
     raise ValueError(f"{where}: {cls.__name__} is not a JSON value")
 
 

@@ -9,12 +9,24 @@ fingerprints, record key, partitioner, evolution, poison records).
 
 Promises:
 
-* ``decode_event(encode_event(e)) == e`` for every encodable event.
+* ``decode_event(encode_event(e)) == e`` for every *valid* encodable event.
+* ``decode_event`` returns only valid events: every field is checked (``_valid_*``, the one home
+  of these rules; table in ``docs/events.md`` §5): ids are valid ``ConversationID`` /
+  ``AppendID`` (returned as those types), ``digest`` is ``sha256:`` + 64 lowercase hex digits,
+  ``message_count`` is 1..2**31-1, ``content_bytes`` 0..2**63-1, ``created_at_ms`` a
+  representable time (``MIN_TIME_MS``..``MAX_TIME_MS``), ``expected_last`` null, ``""`` or an
+  append id, ``old_turn_id`` a turn id (``append-id/index``), ``reason`` ``edit`` or ``retry``
+  (the time range is defined once, in ``schemas/times.py``).
+  ``event_batch`` checks the ``messages`` bytes of a decoded event against its digest, count and
+  sizes. Together they decide, from the record's bytes alone, whether it is poison, so every
+  value that reaches the projections fits their fixed-width rows.
+* Writers refuse an unrepresentable time before any I/O: ``BatchAppended.of``,
+  ``TurnReplaced.of`` and ``encode_event`` raise ``InvalidConfiguration``.
 * ``encode_event`` is deterministic: equal events give equal bytes (pinned by golden tests;
   a change is a breaking log-format change).
 * ``decode_event`` raises only ``CorruptLog`` (with a short ``reason``) for any input that is
   not exactly one framed event: ``too short``, ``bad magic``, ``unknown schema fingerprint
-  <hex>``, ``undecodable body: ...``, ``trailing bytes``. The caller (the projector) decides
+  <hex>``, ``undecodable body: ...``, ``trailing bytes``, ``invalid <field>: ...``. The caller (the projector) decides
   the policy: count the record as poison, quarantine it with its position, skip it.
 * Decoding resolves the writer schema (found by fingerprint) against the *current* reader
   schema of the same record name, so older and newer writers decode as today's dataclasses
@@ -28,6 +40,7 @@ assignment.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
@@ -37,7 +50,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from schemas.errors import CorruptLog
+from schemas.canonical import DIGEST_PATTERN, digest_of
+from schemas.errors import CorruptLog, HistoryError, InvalidBatch
+from schemas.ids import AppendID, ConversationID
+from schemas.times import check_time_ms, time_problem
 
 if TYPE_CHECKING:  # pragma: no cover
     from schemas.batch import Batch
@@ -49,6 +65,7 @@ __all__ = [
     "HEADER_SIZE",
     "MAGIC",
     "NAMESPACE",
+    "REPLACE_REASONS",
     "TURN_REPLACED_FINGERPRINT",
     "BatchAppended",
     "ConversationCleared",
@@ -57,6 +74,7 @@ __all__ = [
     "current_schema",
     "decode_event",
     "encode_event",
+    "event_batch",
     "fingerprint_of",
     "register_writer_schema",
     "schema_fingerprint",
@@ -75,6 +93,8 @@ _INT_MAX: Final = (1 << 31) - 1
 _LONG_MIN: Final = -(1 << 63)
 _LONG_MAX: Final = (1 << 63) - 1
 
+REPLACE_REASONS: Final = ("edit", "retry")
+"""The reasons a ``TurnReplaced`` may give (their order is the state's reason code)."""
 
 @dataclass(frozen=True, slots=True)
 class BatchAppended:
@@ -99,9 +119,11 @@ class BatchAppended:
 
     @classmethod
     def of(cls, batch: Batch, created_at_ms: int, expected_last: str | None = None) -> BatchAppended:
-        """The event that appends ``batch`` (the one place a Batch becomes an event)."""
+        """The event that appends ``batch`` (the one place a Batch becomes an event).
+
+        Raises ``InvalidConfiguration`` for an unrepresentable ``created_at_ms``."""
         return cls(batch.conversation_id, batch.append_id, batch.digest, batch.canonical_json(), len(batch),
-                   batch.content_bytes(), created_at_ms, expected_last)
+                   batch.content_bytes(), check_time_ms(created_at_ms), expected_last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +158,17 @@ class TurnReplaced:
 
     @classmethod
     def of(cls, batch: Batch, created_at_ms: int, old_turn_id: str, reason: str) -> TurnReplaced:
-        """The event that replaces turn ``old_turn_id`` with ``batch``."""
+        """The event that replaces turn ``old_turn_id`` with ``batch``.
+
+        Raises ``InvalidConfiguration`` for an unrepresentable ``created_at_ms`` and
+        ``InvalidBatch`` when ``old_turn_id`` is not a turn id (``HistoryTurn.id``): such an
+        event would be poison. ``reason`` is the caller's to check (the engine does), so tests
+        can still build a poison replacement on purpose."""
+        if not isinstance(old_turn_id, str) or _turn_id_problem(old_turn_id):
+            raise InvalidBatch(f"invalid old_turn_id {old_turn_id!r}: expected a turn id (HistoryTurn.id, "
+                               "e.g. 'a-2/0'); read latest_turn() for the id of the latest visible turn")
         return cls(batch.conversation_id, batch.append_id, batch.digest, batch.canonical_json(), len(batch),
-                   batch.content_bytes(), created_at_ms, old_turn_id, reason)
+                   batch.content_bytes(), check_time_ms(created_at_ms), old_turn_id, reason)
 
 
 Event = BatchAppended | ConversationCleared | TurnReplaced
@@ -176,18 +206,80 @@ class _Writer:
     build: Callable[[dict[str, Any]], Event]
 
 
+class _Invalid(ValueError):
+    """A decoded field breaks its rule: ``field`` and why (becomes ``CorruptLog``)."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"{field}: {why}")
+        self.field = field
+
+
+_TURN_INDEX: Final = re.compile(r"0|[1-9][0-9]{0,9}")
+
+
+def _turn_id_problem(value: str) -> str:
+    """Why ``value`` is not a turn id, ``append-id/index`` ("" when it is)."""
+    append_id, slash, index = value.rpartition("/")
+    if not slash or _TURN_INDEX.fullmatch(index) is None:
+        return f"{value[:80]!r} is not a turn id (append-id/index, e.g. 'a-2/0')"
+    try:
+        AppendID(append_id)
+    except HistoryError as e:
+        return f"{value[:80]!r} is not a turn id: {e}"
+    return ""
+
+
+def _valid_id(rec: dict[str, Any], field: str, kind: type[ConversationID] | type[AppendID]) -> None:
+    try:
+        rec[field] = kind(rec[field])
+    except HistoryError as e:
+        raise _Invalid(field, str(e)) from None
+
+
+def _valid_int(rec: dict[str, Any], field: str, lo: int, hi: int) -> None:
+    if not lo <= rec[field] <= hi:
+        raise _Invalid(field, f"{rec[field]} is outside {lo}..{hi}")
+
+
+def _valid_common(rec: dict[str, Any]) -> None:
+    """The rules of the fields every event has (``conversation_id``, ``created_at_ms``)."""
+    _valid_id(rec, "conversation_id", ConversationID)
+    problem = time_problem(rec["created_at_ms"])
+    if problem:
+        raise _Invalid("created_at_ms", problem)
+
+
+def _valid_batch_fields(rec: dict[str, Any]) -> None:
+    """The rules of the fields ``BatchAppended`` and ``TurnReplaced`` share; ``messages`` itself
+    is checked by ``event_batch``."""
+    _valid_common(rec)
+    _valid_id(rec, "append_id", AppendID)
+    if DIGEST_PATTERN.fullmatch(rec["digest"]) is None:
+        raise _Invalid("digest", f"{rec['digest'][:80]!r} is not 'sha256:' + 64 lowercase hex digits")
+    _valid_int(rec, "message_count", 1, _INT_MAX)
+    _valid_int(rec, "content_bytes", 0, _LONG_MAX)
+
+
 def _build_batch(rec: dict[str, Any]) -> Event:
-    count = rec["message_count"]
-    if not _INT_MIN <= count <= _INT_MAX:
-        raise ValueError(f"message_count {count} outside the Avro int range")
+    _valid_batch_fields(rec)
+    if rec["expected_last"]:  # None (no precondition) and "" (no append yet) need no check
+        _valid_id(rec, "expected_last", AppendID)
     return BatchAppended(**rec)
 
 
 def _build_cleared(rec: dict[str, Any]) -> Event:
+    _valid_common(rec)
     return ConversationCleared(**rec)
 
 
 def _build_replaced(rec: dict[str, Any]) -> Event:
+    _valid_batch_fields(rec)
+    problem = _turn_id_problem(rec["old_turn_id"])
+    if problem:
+        raise _Invalid("old_turn_id", problem)
+    if rec["reason"] not in REPLACE_REASONS:
+        raise _Invalid("reason", f"turn replacement reason {rec['reason'][:80]!r} is not one of "
+                                 f"{', '.join(REPLACE_REASONS)}")
     return TurnReplaced(**rec)
 
 
@@ -321,7 +413,9 @@ def encode_event(event: Event) -> bytes:
 
     Raises ``TypeError`` / ``ValueError`` for a field of the wrong type, an integer outside its
     Avro range (``message_count`` is an ``int``, the others ``long``) or a string that is not
-    encodable as UTF-8; nothing partial is ever returned.
+    encodable as UTF-8, and ``InvalidConfiguration`` (a ``ValueError``) for an unrepresentable
+    ``created_at_ms``; nothing partial is ever returned. Other field rules are the reader's
+    (``decode_event``): tests and tools may still write such poison records on purpose.
     """
     cls = type(event)
     if cls is BatchAppended or cls is TurnReplaced:
@@ -334,6 +428,7 @@ def encode_event(event: Event) -> bytes:
         _check_int(event.message_count, "message_count", _INT_MIN, _INT_MAX)
         _check_int(event.content_bytes, "content_bytes", _LONG_MIN, _LONG_MAX)
         _check_int(event.created_at_ms, "created_at_ms", _LONG_MIN, _LONG_MAX)
+        check_time_ms(event.created_at_ms)
         record: dict[str, Any] = {
             "conversation_id": event.conversation_id,
             "append_id": event.append_id,
@@ -358,6 +453,7 @@ def encode_event(event: Event) -> bytes:
         assert isinstance(event, ConversationCleared)  # Invariant: narrowed by the exact type check above.
         _check_str(event.conversation_id, "conversation_id")
         _check_int(event.created_at_ms, "created_at_ms", _LONG_MIN, _LONG_MAX)
+        check_time_ms(event.created_at_ms)
         record = {"conversation_id": event.conversation_id, "created_at_ms": event.created_at_ms}
         prefix, schema = _PREFIX_CLEARED, _SCHEMA_CLEARED
     else:
@@ -400,5 +496,37 @@ def decode_event(data: bytes) -> Event:
         return writer.build(record)  # type: ignore[arg-type]
     except CorruptLog:
         raise
+    except _Invalid as exc:
+        raise _corrupt(f"invalid {exc}"[:300], f"as {writer.name}") from None
     except Exception as exc:  # fastavro, EOF, struct, unicode and resolution errors alike
         raise _corrupt(f"undecodable body: {type(exc).__name__}: {exc}"[:200], f"as {writer.name}") from exc
+
+
+def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None) -> Batch:
+    """The batch a decoded event carries, checked: ``CorruptLog`` unless ``messages`` has the
+    event's digest and is the canonical JSON of valid messages whose count and content bytes are
+    the event's, and a replacement turn starts with its user message.
+
+    ``known`` is a batch this process wrote under the same record key and digest: when its
+    canonical bytes are the event's it is returned without parsing (its digest is then the
+    event's by construction).
+    """
+    from schemas.batch import Batch  # here, not at import: the codec itself needs no message model
+
+    if known is not None and known.canonical_json() == event.messages:
+        batch = known
+    else:
+        if digest_of(event.messages) != event.digest:
+            raise CorruptLog("event messages do not match its digest", reason="digest mismatch")
+        try:
+            batch = Batch.from_canonical(event.conversation_id, event.append_id, event.messages)
+        except HistoryError as e:
+            reason = f"messages are not canonical valid messages: {e}"[:300]
+            raise CorruptLog(reason, reason=reason) from None
+    if len(batch) != event.message_count or batch.content_bytes() != event.content_bytes:
+        reason = "message_count or content_bytes does not match the messages"
+        raise CorruptLog(reason, reason=reason)
+    if isinstance(event, TurnReplaced) and batch.messages[0].role != "user":
+        reason = "a replacement turn must start with its user message"
+        raise CorruptLog(reason, reason=reason)
+    return batch

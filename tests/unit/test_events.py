@@ -19,7 +19,7 @@ from fastavro import parse_schema, schemaless_writer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.errors import CorruptLog
+from schemas.errors import CorruptLog, HistoryError, InvalidConfiguration
 from schemas.events import (
     BATCH_APPENDED_FINGERPRINT,
     BATCH_APPENDED_V1_FINGERPRINT,
@@ -38,6 +38,8 @@ from schemas.events import (
     register_writer_schema,
     schema_fingerprint,
 )
+from schemas.ids import ConversationID
+from schemas.times import MAX_TIME_MS
 
 ROOT = Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "data" / "events"
@@ -53,7 +55,9 @@ PINNED_V1_BATCH = "c22957e66f4f2191"  # BatchAppended version 1: still decoded
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
+TIMES = st.integers(0, MAX_TIME_MS)  # the representable times: the only ones a writer encodes
 
+# Encodable events: any strings and ints of the Avro types (the writer checks only types and times).
 batch_events = st.builds(
     BatchAppended,
     conversation_id=st.text(),
@@ -62,10 +66,10 @@ batch_events = st.builds(
     messages=st.binary(),
     message_count=INT32,
     content_bytes=INT64,
-    created_at_ms=INT64,
+    created_at_ms=TIMES,
     expected_last=st.none() | st.text(),
 )
-clear_events = st.builds(ConversationCleared, conversation_id=st.text(), created_at_ms=INT64)
+clear_events = st.builds(ConversationCleared, conversation_id=st.text(), created_at_ms=TIMES)
 replaced_events = st.builds(
     TurnReplaced,
     conversation_id=st.text(),
@@ -74,11 +78,48 @@ replaced_events = st.builds(
     messages=st.binary(),
     message_count=INT32,
     content_bytes=INT64,
-    created_at_ms=INT64,
+    created_at_ms=TIMES,
     old_turn_id=st.text(),
     reason=st.text(),
 )
 events = st.one_of(batch_events, clear_events, replaced_events)
+
+
+def _is_id(text: str) -> bool:
+    try:
+        ConversationID(text)
+    except HistoryError:
+        return False
+    return True
+
+
+# Valid events: every field within its rule (what decode_event returns).
+IDS = st.text(st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=40).filter(_is_id)
+DIGESTS = st.binary(min_size=32, max_size=32).map(lambda b: "sha256:" + b.hex())
+valid_batch_events = st.builds(
+    BatchAppended,
+    conversation_id=IDS,
+    append_id=IDS,
+    digest=DIGESTS,
+    messages=st.binary(),
+    message_count=st.integers(1, 2**31 - 1),
+    content_bytes=st.integers(0, 2**63 - 1),
+    created_at_ms=TIMES,
+    expected_last=st.none() | st.just("") | IDS,
+)
+valid_clear_events = st.builds(ConversationCleared, conversation_id=IDS, created_at_ms=TIMES)
+valid_replaced_events = st.builds(
+    TurnReplaced,
+    conversation_id=IDS,
+    append_id=IDS,
+    digest=DIGESTS,
+    messages=st.binary(),
+    message_count=st.integers(1, 2**31 - 1),
+    content_bytes=st.integers(0, 2**63 - 1),
+    created_at_ms=TIMES,
+    old_turn_id=st.builds(lambda a, i: f"{a}/{i}", IDS, st.integers(0, 2**31 - 2)),
+    reason=st.sampled_from(["edit", "retry"]),
+)
 
 
 def sample_batch() -> BatchAppended:
@@ -134,13 +175,18 @@ def reason_of(data: bytes) -> str:
 # --------------------------------------------------------------------------- round trip
 
 
-@given(batch_events)
+@given(valid_batch_events)
 def test_batch_appended_round_trips(event: BatchAppended) -> None:
     assert decode_event(encode_event(event)) == event
 
 
-@given(clear_events)
+@given(valid_clear_events)
 def test_conversation_cleared_round_trips(event: ConversationCleared) -> None:
+    assert decode_event(encode_event(event)) == event
+
+
+@given(valid_replaced_events)
+def test_turn_replaced_round_trips(event: TurnReplaced) -> None:
     assert decode_event(encode_event(event)) == event
 
 
@@ -172,6 +218,8 @@ def test_dataclass_fields_match_the_schemas() -> None:
         ({"message_count": 2**31}, ValueError),
         ({"content_bytes": 2**63}, ValueError),
         ({"created_at_ms": -(2**63) - 1}, ValueError),
+        ({"created_at_ms": -1}, InvalidConfiguration),
+        ({"created_at_ms": MAX_TIME_MS + 1}, InvalidConfiguration),
         ({"message_count": True}, TypeError),
         ({"message_count": 1.0}, TypeError),
         ({"conversation_id": b"c"}, TypeError),
@@ -365,6 +413,98 @@ def test_bytes_like_inputs_are_accepted() -> None:
     data = encode_event(sample_batch())
     assert decode_event(bytearray(data)) == sample_batch()  # type: ignore[arg-type]
     assert decode_event(memoryview(data)) == sample_batch()  # type: ignore[arg-type]
+
+
+# --------------------------------------------------------------------------- field rules
+
+
+def sample_replaced() -> TurnReplaced:
+    fields = dataclasses.asdict(sample_batch())
+    del fields["expected_last"]
+    return TurnReplaced(**fields, old_turn_id="a0/0", reason="edit")
+
+
+def sample_of(kind: str) -> Event:
+    return {"BatchAppended": sample_batch(), "TurnReplaced": sample_replaced(),
+            "ConversationCleared": ConversationCleared("conv-1", 1_767_225_600_000)}[kind]
+
+
+BAD_FIELDS: list[tuple[str, str, Any]] = [
+    *[(kind, "conversation_id", bad) for kind in ("BatchAppended", "TurnReplaced", "ConversationCleared")
+      for bad in ("", " c", "c\x00", "x" * 1025)],
+    *[(kind, "created_at_ms", bad) for kind in ("BatchAppended", "TurnReplaced", "ConversationCleared")
+      for bad in (-1, MAX_TIME_MS + 1, -(2**63), 2**63 - 1)],
+    *[(kind, field, bad) for kind in ("BatchAppended", "TurnReplaced") for field, bad in [
+        ("append_id", ""), ("append_id", "a\n"), ("append_id", "\u2028a"),
+        ("digest", ""), ("digest", "sha256:" + "AB" * 32), ("digest", "sha256:" + "ab" * 31),
+        ("digest", "md5:" + "ab" * 32), ("digest", "sha256:" + "ab" * 32 + "\n"),
+        ("message_count", 0), ("message_count", -1), ("message_count", -(2**31)),
+        ("content_bytes", -1), ("content_bytes", -(2**63))]],
+    ("BatchAppended", "expected_last", " a1"),
+    ("BatchAppended", "expected_last", "a\x1f"),
+    *[("TurnReplaced", "old_turn_id", bad) for bad in ("", "a0", "a0/", "/0", "a0/01", "a0/-1", "a0/x", " a/0")],
+    *[("TurnReplaced", "reason", bad) for bad in ("", "Edit", "regenerate", "edit ")],
+]
+
+
+@pytest.mark.parametrize(("kind", "field", "bad"), BAD_FIELDS)
+def test_a_field_outside_its_rule_is_corrupt_with_its_name(kind: str, field: str, bad: Any) -> None:
+    record = dataclasses.asdict(sample_of(kind)) | {field: bad}
+    assert reason_of(frame(current_schema(kind), record)).startswith(f"invalid {field}: ")
+
+
+@pytest.mark.parametrize("kind", ["BatchAppended", "TurnReplaced", "ConversationCleared"])
+@pytest.mark.parametrize("ms", [0, 1, MAX_TIME_MS])
+def test_every_representable_time_decodes(kind: str, ms: int) -> None:
+    event = dataclasses.replace(sample_of(kind), created_at_ms=ms)
+    assert decode_event(encode_event(event)) == event
+
+
+def test_a_precondition_of_none_or_of_no_append_yet_is_valid() -> None:
+    for expected in (None, "", "a0"):
+        event = dataclasses.replace(sample_batch(), expected_last=expected)
+        assert decode_event(encode_event(event)).expected_last == expected
+
+
+def test_decoded_ids_are_validated_id_types() -> None:
+    event = decode_event(encode_event(sample_batch()))
+    assert type(event.conversation_id) is ConversationID
+    assert type(event.append_id).__name__ == "AppendID"
+
+
+def test_representable_times_are_exact_datetimes() -> None:
+    from datetime import UTC, datetime
+
+    from schemas.times import time_of
+
+    assert time_of(0) == datetime(1970, 1, 1, tzinfo=UTC)
+    assert time_of(MAX_TIME_MS) == datetime(9999, 12, 31, 23, 59, 59, 999_000, tzinfo=UTC)
+    assert time_of(1_767_225_600_123).microsecond == 123_000
+
+
+@pytest.mark.parametrize("ms", [-1, MAX_TIME_MS + 1])
+def test_the_event_constructors_refuse_an_unrepresentable_time(ms: int) -> None:
+    from schemas.batch import Batch
+    from schemas.messages import Message
+
+    batch = Batch("c", "a", [Message.user("x")])
+    with pytest.raises(InvalidConfiguration, match="created_at_ms"):
+        BatchAppended.of(batch, ms)
+    with pytest.raises(InvalidConfiguration, match="created_at_ms"):
+        TurnReplaced.of(batch, ms, "a0/0", "edit")
+    with pytest.raises(InvalidConfiguration, match="created_at_ms"):
+        encode_event(ConversationCleared("c", ms))
+
+
+@pytest.mark.parametrize("ns", [-1_000_000, (MAX_TIME_MS + 1) * 1_000_000])
+def test_a_host_clock_outside_the_representable_times_is_refused(ns: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from schemas.times import now_ms
+
+    monkeypatch.setattr(time, "time_ns", lambda: ns)
+    with pytest.raises(InvalidConfiguration, match=r"host clock.*fix the clock"):
+        now_ms()
 
 
 # --------------------------------------------------------------------------- evolution
