@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ from schemas.errors import (
     CorruptLog,
     HistoryError,
     InvalidBatch,
+    InvalidConfiguration,
     InvalidReceipt,
     InvalidWindow,
     LogUnavailable,
@@ -186,7 +188,12 @@ class HistoryEngine:
         return store
 
     def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None) -> bool:
-        """Wait until the state has applied everything the log held when this was called."""
+        """Wait until the state has applied everything the log held when this was called.
+
+        ``timeout``: seconds (``None``, the default: until caught up); False when it ran out.
+        """
+        if timeout is not None:
+            _check_timeout(timeout)
         targets = self._log.end_offsets()
         if progress is None:
             return self._projector.wait_offsets(targets, timeout)
@@ -211,7 +218,15 @@ class HistoryEngine:
         ``expected_last``: a ``Receipt`` (the conversation's last accepted append must be that
         one) or ``EMPTY`` (it must have none), decided by admission in log order; otherwise
         ``PreconditionFailed``. An identical retry of an accepted batch returns its receipt.
+
+        ``timeout``: seconds to wait for the write and its decision, a finite number >= 0
+        (anything else is ``InvalidConfiguration``, before any I/O). ``0`` means "do not wait":
+        a decision already known here (a retry of an accepted batch, a closed conversation)
+        answers at once without I/O; otherwise the event is written and, unless this instance
+        has already applied it, ``CommitUnconfirmed`` is raised (resend the same Batch to learn
+        the outcome). The same rule holds for every timeout of this class.
         """
+        _check_timeout(timeout)
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
         expected = _expected(batch, expected_last)
@@ -230,8 +245,10 @@ class HistoryEngine:
         same content as the old one). Admission, in log order, hides turn ``old_turn_id`` in every
         read projection and appends ``batch`` as the next turn, or refuses with
         ``TurnNotReplaceable`` when ``old_turn_id`` is no longer the latest visible turn (so of
-        two racing replacements one wins everywhere). Idempotent by append id, like ``append``.
+        two racing replacements one wins everywhere). Idempotent by append id, like ``append``
+        (and the same ``timeout`` rule).
         """
+        _check_timeout(timeout)
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
         if reason not in ("edit", "retry"):
@@ -333,7 +350,11 @@ class HistoryEngine:
             reason=decision.reason, position=position)
 
     def clear(self, conversation_id: str, timeout: float = 30.0) -> None:
-        """Close the conversation forever (also one never written). Idempotent."""
+        """Close the conversation forever (also one never written). Idempotent.
+
+        ``timeout``: as ``append`` (checked before any I/O; ``0`` writes and does not wait).
+        """
+        _check_timeout(timeout)
         c = ConversationID(conversation_id)
         self._check_open()
         row = self._reads.conversation(c)
@@ -350,8 +371,11 @@ class HistoryEngine:
     def read(self, conversation_id: str, at_least: Receipt | None = None, timeout: float = 30.0) -> list[Message]:
         """Detached messages in stored order; ``[]`` for unknown or closed conversations.
 
-        ``at_least=receipt`` first waits until this instance has applied that receipt.
+        ``at_least=receipt`` first waits until this instance has applied that receipt, at most
+        ``timeout`` seconds (a finite number >= 0, checked even without ``at_least``; ``0``
+        answers only if it is applied already), else ``LogUnavailable``.
         """
+        _check_timeout(timeout)
         c = ConversationID(conversation_id)
         self._check_open()
         if at_least is not None:
@@ -563,6 +587,15 @@ def _check_cursors(after: HistoryPosition | None, before: HistoryPosition | None
         if cursor is not None and not isinstance(cursor, HistoryPosition):
             raise InvalidWindow(f"invalid {name}: expected a HistoryPosition (e.g. HistoryPosition(3, 7)) or None, "
                                 f"got {type(cursor).__name__}")
+
+
+def _check_timeout(timeout: object) -> None:
+    """The one timeout rule of the facade: a finite int or float >= 0 (seconds), checked before
+    any I/O, so a bad value never writes an event it then cannot wait for."""
+    if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout) or timeout < 0):
+        raise InvalidConfiguration(f"timeout must be a finite number of seconds >= 0, got {timeout!r}; "
+                                   "pass e.g. timeout=30.0 (0 means: do not wait)")
 
 
 def _check_budget(max_bytes: int, unit: str) -> None:
