@@ -138,7 +138,11 @@ class HistoryEngine:
         an existing log with its own count, and a different number is refused (it would move
         conversations between partitions). Returns once the state has caught up with the log's end
         at open time (a first open of a long log replays it; ``progress`` reports how far).
+        A ``path`` or ``state_dir`` that is (or lies under) a file is ``InvalidConfiguration``,
+        before any I/O.
         """
+        for where in (path, state_dir):
+            _check_directory(where)
         if kafka is not None:
             if state_dir is None:
                 raise HistoryError(
@@ -587,6 +591,19 @@ def _check_cursors(after: HistoryPosition | None, before: HistoryPosition | None
         if cursor is not None and not isinstance(cursor, HistoryPosition):
             raise InvalidWindow(f"invalid {name}: expected a HistoryPosition (e.g. HistoryPosition(3, 7)) or None, "
                                 f"got {type(cursor).__name__}")
+
+
+def _check_directory(path: str | Path | None) -> None:
+    """A data or state directory must be a directory or not exist yet (it is created): a file
+    there, or above it, would fail later with a bare ``NotADirectoryError`` after the log opened."""
+    if path is None:
+        return
+    for existing in (Path(path), *Path(path).parents):
+        if existing.exists():
+            if not existing.is_dir():
+                raise InvalidConfiguration(f"{existing} is a file, not a directory; give a directory for the "
+                                           "history (it is created if missing)")
+            return
 
 
 def _check_timeout(timeout: object) -> None:
