@@ -29,7 +29,7 @@ from schemas.messages import Message
 
 Capsys = pytest.CaptureFixture[str]
 ROOT = Path(__file__).resolve().parents[2]
-DEEP = 800  # deeper than the default recursion limit allows a recursive walk to go with room to spare
+DEEP = 800  # the depth: the JSON parser takes it, a recursive walk of the tree does not
 
 
 @pytest.fixture(autouse=True)
@@ -45,9 +45,9 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _histlog(*args: str, timeout: float = 120, **kwargs: object) -> subprocess.CompletedProcess[str]:
+def _histlog(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "engine", *args], capture_output=True, text=True, env=_env(),
-                          cwd=ROOT, timeout=timeout, check=False, **kwargs)  # type: ignore[call-overload]
+                          cwd=ROOT, timeout=120, check=False)
 
 
 def _one_error_line(err: str) -> str:
@@ -239,13 +239,14 @@ def test_read_into_a_reader_that_stops_after_one_line_ends_quietly(long_history:
         assert proc.stdout is not None and proc.stderr is not None
         first = proc.stdout.readline()
         proc.stdout.close()  # like `head -1`
-        assert proc.wait(timeout=60) == PIPE_CLOSED
+        assert proc.wait(timeout=60) == PIPE_CLOSED == 141  # what `git log | head -1` gives
         err = proc.stderr.read().decode()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        proc.stderr.close() if proc.stderr is not None else None
+        if proc.stderr is not None:
+            proc.stderr.close()
     assert first.startswith(b"[1:1] user: 0:0 ")
     assert err == ""  # no "Broken pipe", no traceback, no "Exception ignored"
 
@@ -263,10 +264,6 @@ def test_a_stdout_closed_before_the_first_write_ends_quietly(long_history: Path,
         os.close(write_end)
     assert proc.returncode == PIPE_CLOSED
     assert proc.stderr.decode() == ""
-
-
-def test_pipe_closed_is_the_exit_status_of_a_process_killed_by_sigpipe() -> None:
-    assert PIPE_CLOSED == 128 + signal.SIGPIPE == 141
 
 
 # --------------------------------------------------------------------------- a projector that stops
@@ -330,8 +327,9 @@ def test_a_warning_is_one_line(capsys: Capsys, tmp_path: Path) -> None:
     assert main(["--data", str(data), "list"]) == 0
     captured = capsys.readouterr()
     assert captured.out == "c\n"
-    assert [line.split(":")[:2] for line in captured.err.splitlines()] == [["histlog", " warning"]], captured.err
-    assert "rebuilding it from the log" in captured.err
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("histlog: warning: state in "), captured.err
+    assert lines[0].endswith("rebuilding it from the log")
 
 
 def test_output_json_still_parses_after_the_changes(capsys: Capsys, tmp_path: Path) -> None:
