@@ -10,8 +10,8 @@ and formats the result. Errors are translated to exit codes in one place (``exit
 2     bad input: one clear line on stderr (``histlog: error: ...``), never a traceback
 3     conflict or closed (``AppendConflict``, ``ConversationClosed``, ``PreconditionFailed``,
       ``TurnNotReplaceable``)
-4     backend unavailable (``LogUnavailable``, ``CommitUnconfirmed``, a locked data dir)
-
+4     backend unavailable (``LogUnavailable``, ``CommitUnconfirmed``, ``StateUnavailable``: a
+      data or state dir another process holds, a state that failed)
 141   stdout was closed by its reader (``histlog read c | head -1``): nothing more is printed
 ====  ============================================================================
 
