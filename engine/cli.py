@@ -817,8 +817,9 @@ def load_projection(spec: str) -> Projection:
         sys.path.insert(0, str(Path.cwd()))  # so projections in the current project import
     try:
         cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"--projection {spec!r}: cannot import it ({exc})") from None
+    except Exception as exc:  # a missing module or class, or one that fails while importing
+        raise UsageError(f"--projection {spec!r}: cannot import it ({type(exc).__name__}: "
+                         f"{_one_line(str(exc))}); fix the module or the spec") from None
     if not (isinstance(cls, type) and issubclass(cls, Projection)):
         raise UsageError(f"--projection {spec!r} is not a projections.Projection subclass")
     return cls()

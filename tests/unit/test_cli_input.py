@@ -147,6 +147,10 @@ BAD_INVOCATIONS: list[Row] = [
     ("no command", [], None),
     ("bad projection spec", ["--data", "{data}", "replay", "--projection", "no-colon"], None),
     ("unimportable projection", ["--data", "{data}", "replay", "--projection", "no_such_module_xyz:P"], None),
+    ("projection with a syntax error", ["--data", "{data}", "replay", "--projection", "histlog_syntax_error:P"],
+     lambda t: _file(t, "histlog_syntax_error.py", b"def broken(:\n")),
+    ("projection failing on import", ["--data", "{data}", "replay", "--projection", "histlog_import_fails:P"],
+     lambda t: _file(t, "histlog_import_fails.py", b"raise RuntimeError('no config')\n")),
 ]
 
 
@@ -162,12 +166,17 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(capsys: Capsys, tmp_
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # an accidental default data dir would appear here
     argv = _argv(row, tmp_path)
-    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    before = _tree(tmp_path)
     code = main(argv)
     captured = capsys.readouterr()
     assert (code, captured.out) == (2, ""), captured.err
     _one_error_line(captured.err)
-    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing written
+    assert _tree(tmp_path) == before  # nothing written
+
+
+def _tree(root: Path) -> list[Path]:
+    """Every path under root, but Python's own bytecode cache (a projection module imported)."""
+    return sorted(p.relative_to(root) for p in root.rglob("*") if "__pycache__" not in p.parts)
 
 
 SUBPROCESS_ROWS = [r for r in BAD_INVOCATIONS if r[0] in {
