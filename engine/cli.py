@@ -10,17 +10,23 @@ and formats the result. Errors are translated to exit codes in one place (``exit
 2     bad input: one clear line on stderr (``histlog: error: ...``), never a traceback
 3     conflict or closed (``AppendConflict``, ``ConversationClosed``, ``PreconditionFailed``,
       ``TurnNotReplaceable``)
-4     backend unavailable (``LogUnavailable``, ``CommitUnconfirmed``, a locked data dir)
+4     backend unavailable (``LogUnavailable``, ``CommitUnconfirmed``, ``StateUnavailable``: a
+      data or state dir another process holds, a state that failed)
+141   stdout was closed by its reader (``histlog read c | head -1``): nothing more is printed
 ====  ============================================================================
 
-``HISTLOG_DEBUG=1`` prints the traceback of an unexpected error.
+Warnings and errors logged while a command runs (a state rebuilt, a projector that stopped)
+are one line each on stderr, ``histlog: warning: ...``, without a traceback.
+``HISTLOG_DEBUG=1`` prints the tracebacks of unexpected errors and of logged failures.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
+import logging
 import os
 import signal
 import sys
@@ -28,7 +34,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,6 +81,9 @@ DEFAULT_DATA = "./histlog-data"
 DEFAULT_TOPIC = "histlog.events"
 
 OK, FAILED, BAD_INPUT, CONFLICT, UNAVAILABLE = 0, 1, 2, 3, 4
+PIPE_CLOSED = 128 + signal.SIGPIPE
+"""141: stdout's reader went away (``histlog read c | head -1``); the status of a process killed by
+SIGPIPE, as ``git log | head`` ends, so ``set -o pipefail`` scripts see an undelivered output."""
 
 
 # --------------------------------------------------------------------------- errors and exit codes
@@ -126,6 +135,63 @@ def _report(exc: BaseException) -> int:
         traceback.print_exception(exc, file=sys.stderr)
     print(f"histlog: error: {_error_line(exc)}", file=sys.stderr)
     return exit_code(exc)
+
+
+def _stdout_closed() -> int:
+    """stdout's reader went away: end quietly with ``PIPE_CLOSED``. As the Python docs advise,
+    point the stdout descriptor at /dev/null so that flushing what is still buffered at
+    interpreter exit cannot raise again ("Exception ignored ... BrokenPipeError")."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (an in-process capture)
+        return PIPE_CLOSED
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+    return PIPE_CLOSED
+
+
+_OWN_LOGGERS = ("histlog", "engine", "projections", "schemas")
+
+
+class _OneLine(logging.Formatter):
+    """``histlog: LEVEL: message (ExceptionType: text)`` on one line; the traceback only in debug."""
+
+    def __init__(self, *, debug: bool) -> None:
+        super().__init__()
+        self.debug = debug
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = _one_line(record.getMessage())
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None:
+            text += f" ({type(exc).__name__}: {_one_line(str(exc))})"
+        line = f"histlog: {record.levelname.lower()}: {text}"
+        if self.debug and record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+@contextlib.contextmanager
+def _logging_to_stderr() -> Iterator[None]:
+    """While a command runs, log records reach stderr as one line each (``_OneLine``) instead of
+    through logging's last-resort handler, which prints tracebacks. Records of histlog's own
+    modules are shown from WARNING; other libraries' (kafka-python's retry chatter) only when
+    CRITICAL, or from WARNING with ``HISTLOG_DEBUG=1``: the final error line says what to do."""
+    debug = bool(os.environ.get("HISTLOG_DEBUG"))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(_OneLine(debug=debug))
+    if not debug:
+        handler.addFilter(lambda r: r.levelno >= logging.CRITICAL or r.name.split(".")[0] in _OWN_LOGGERS)
+    root = logging.getLogger()
+    root.addHandler(handler)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
 
 
 # --------------------------------------------------------------------------- progress bar
@@ -221,13 +287,18 @@ class Target:
                                   rebuild=rebuild, accept_log_loss=accept_log_loss)
 
 
+def _flag(ns: argparse.Namespace, name: str) -> str | None:
+    """A global option's value; an empty one is refused rather than read as "not given"."""
+    value: str | None = getattr(ns, name, None)
+    if value is not None and not value.strip():
+        raise UsageError(f"--{name} is empty: give a value or leave the option out (see `histlog --help`)")
+    return value
+
+
 def resolve(ns: argparse.Namespace, env: dict[str, str] | os._Environ[str] | None = None) -> Target:
     """Flags win over ``HISTLOG_*`` environment variables; an explicit ``--data`` means embedded."""
     env = os.environ if env is None else env
-    data_flag: str | None = getattr(ns, "data", None)
-    kafka_flag: str | None = getattr(ns, "kafka", None)
-    topic_flag: str | None = getattr(ns, "topic", None)
-    state_flag: str | None = getattr(ns, "state", None)
+    data_flag, kafka_flag, topic_flag, state_flag = (_flag(ns, name) for name in ("data", "kafka", "topic", "state"))
     if data_flag is not None and kafka_flag is not None:
         raise UsageError("give either --data DIR (embedded) or --kafka HOST:PORT, not both")
     kafka = kafka_flag
@@ -372,6 +443,9 @@ def _load_messages(path: str) -> list[Message]:
             messages.append(Message.model_validate(item))
         except InvalidMessage as exc:
             raise InvalidMessage(f"--file {path}: messages[{i}]: {_one_line(str(exc))}") from None
+        except RecursionError:  # the one place the CLI walks a file's JSON tree (via the schemas)
+            raise InvalidMessage(f"--file {path}: messages[{i}]: nested too deeply; "
+                                 "flatten the message's metadata") from None
     return messages
 
 
@@ -541,6 +615,8 @@ def cmd_turns(ns: argparse.Namespace, target: Target, out: Out) -> int:
 def cmd_replace_turn(ns: argparse.Namespace, target: Target, out: Out) -> int:
     from schemas.batch import Batch
 
+    if not ns.old_turn_id:
+        raise UsageError("OLD_TURN_ID is empty: give the id of the latest turn (see `histlog turns`)")
     if ns.file is not None:
         if ns.answer is not None:
             raise UsageError("--answer goes with --text; a --file holds the whole new turn")
@@ -738,8 +814,9 @@ def load_projection(spec: str) -> Projection:
         sys.path.insert(0, str(Path.cwd()))  # so projections in the current project import
     try:
         cls = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise UsageError(f"--projection {spec!r}: cannot import it ({exc})") from None
+    except Exception as exc:  # a missing module or class, or one that fails while importing
+        raise UsageError(f"--projection {spec!r}: cannot import it ({type(exc).__name__}: "
+                         f"{_one_line(str(exc))}); fix the module or the spec") from None
     if not (isinstance(cls, type) and issubclass(cls, Projection)):
         raise UsageError(f"--projection {spec!r} is not a projections.Projection subclass")
     return cls()
@@ -1004,15 +1081,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run ``histlog``; returns the exit code (see the module docstring)."""
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        try:
-            ns = build_parser().parse_args(args)
-        except SystemExit as exc:  # --help / --version
-            return exc.code if isinstance(exc.code, int) else OK
-        if ns.command == "demo":
-            return cmd_demo(ns, sys.stdout)  # the demo picks its own (temporary) data dir
-        handler: Handler = ns.handler
-        code: int = handler(ns, resolve(ns), sys.stdout)
-        return code
+        with _logging_to_stderr():
+            try:
+                ns = build_parser().parse_args(args)
+            except SystemExit as exc:  # --help / --version
+                return exc.code if isinstance(exc.code, int) else OK
+            if ns.command == "demo":
+                code = cmd_demo(ns, sys.stdout)  # the demo picks its own (temporary) data dir
+            else:
+                handler: Handler = ns.handler
+                code = handler(ns, resolve(ns), sys.stdout)
+            sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit
+            return code
+    except BrokenPipeError:  # only stdout is written to a pipe; the backends translate their own errors
+        return _stdout_closed()
     except KeyboardInterrupt:
         print("histlog: interrupted", file=sys.stderr)
         return 130

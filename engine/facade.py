@@ -9,6 +9,7 @@ that position (a racing writer elsewhere may have won: then it is a conflict).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -143,7 +144,11 @@ class HistoryEngine:
         (``fsync="always"``, Kafka) proves acknowledged records were lost and raises ``CorruptLog``,
         keeping the state, unless ``accept_log_loss=True``, which rebuilds from what the log still
         holds and logs what was lost. ``rebuild=True`` replaces the state by one replayed from the log.
+        A ``path`` or ``state_dir`` that is (or lies under) a file is ``InvalidConfiguration``,
+        before any I/O.
         """
+        for where in (path, state_dir):
+            _check_directory(where)
         if kafka is not None:
             if state_dir is None:
                 raise InvalidConfiguration(
@@ -176,7 +181,12 @@ class HistoryEngine:
         return cls(flog, store, progress=progress)
 
     def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None) -> bool:
-        """Wait until the state has applied everything the log held when this was called."""
+        """Wait until the state has applied everything the log held when this was called.
+
+        ``timeout``: seconds (``None``, the default: until caught up); False when it ran out.
+        """
+        if timeout is not None:
+            _check_timeout(timeout)
         targets = self._log.end_offsets()
         if progress is None:
             return self._projector.wait_offsets(targets, timeout)
@@ -201,7 +211,15 @@ class HistoryEngine:
         ``expected_last``: a ``Receipt`` (the conversation's last accepted append must be that
         one) or ``EMPTY`` (it must have none), decided by admission in log order; otherwise
         ``PreconditionFailed``. An identical retry of an accepted batch returns its receipt.
+
+        ``timeout``: seconds to wait for the write and its decision, a finite number >= 0
+        (anything else is ``InvalidConfiguration``, before any I/O). ``0`` means "do not wait":
+        a decision already known here (a retry of an accepted batch, a closed conversation)
+        answers at once without I/O; otherwise the event is written and, unless this instance
+        has already applied it, ``CommitUnconfirmed`` is raised (resend the same Batch to learn
+        the outcome). The same rule holds for every timeout of this class.
         """
+        _check_timeout(timeout)
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
         expected = _expected(batch, expected_last)
@@ -220,8 +238,10 @@ class HistoryEngine:
         same content as the old one). Admission, in log order, hides turn ``old_turn_id`` in every
         read projection and appends ``batch`` as the next turn, or refuses with
         ``TurnNotReplaceable`` when ``old_turn_id`` is no longer the latest visible turn (so of
-        two racing replacements one wins everywhere). Idempotent by append id, like ``append``.
+        two racing replacements one wins everywhere). Idempotent by append id, like ``append``
+        (and the same ``timeout`` rule).
         """
+        _check_timeout(timeout)
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
         if reason not in ("edit", "retry"):
@@ -334,7 +354,11 @@ class HistoryEngine:
             reason=decision.reason, position=position)
 
     def clear(self, conversation_id: str, timeout: float = 30.0) -> None:
-        """Close the conversation forever (also one never written). Idempotent."""
+        """Close the conversation forever (also one never written). Idempotent.
+
+        ``timeout``: as ``append`` (checked before any I/O; ``0`` writes and does not wait).
+        """
+        _check_timeout(timeout)
         c = ConversationID(conversation_id)
         self._check_open()
         row = self._reads.conversation(c)
@@ -351,8 +375,11 @@ class HistoryEngine:
     def read(self, conversation_id: str, at_least: Receipt | None = None, timeout: float = 30.0) -> list[Message]:
         """Detached messages in stored order; ``[]`` for unknown or closed conversations.
 
-        ``at_least=receipt`` first waits until this instance has applied that receipt.
+        ``at_least=receipt`` first waits until this instance has applied that receipt, at most
+        ``timeout`` seconds (a finite number >= 0, checked even without ``at_least``; ``0``
+        answers only if it is applied already), else ``LogUnavailable``.
         """
+        _check_timeout(timeout)
         c = ConversationID(conversation_id)
         self._check_open()
         if at_least is not None:
@@ -576,6 +603,28 @@ def _check_cursors(after: HistoryPosition | None, before: HistoryPosition | None
         if cursor is not None and not isinstance(cursor, HistoryPosition):
             raise InvalidWindow(f"invalid {name}: expected a HistoryPosition (e.g. HistoryPosition(3, 7)) or None, "
                                 f"got {type(cursor).__name__}")
+
+
+def _check_directory(path: str | Path | None) -> None:
+    """A data or state directory must be a directory or not exist yet (it is created): a file
+    there, or above it, would fail later with a bare ``NotADirectoryError`` after the log opened."""
+    if path is None:
+        return
+    for existing in (Path(path), *Path(path).parents):
+        if existing.exists():
+            if not existing.is_dir():
+                raise InvalidConfiguration(f"{existing} is a file, not a directory; give a directory for the "
+                                           "history (it is created if missing)")
+            return
+
+
+def _check_timeout(timeout: object) -> None:
+    """The one timeout rule of the facade: a finite int or float >= 0 (seconds), checked before
+    any I/O, so a bad value never writes an event it then cannot wait for."""
+    if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout) or timeout < 0):
+        raise InvalidConfiguration(f"timeout must be a finite number of seconds >= 0, got {timeout!r}; "
+                                   "pass e.g. timeout=30.0 (0 means: do not wait)")
 
 
 def _check_budget(max_bytes: int, unit: str) -> None:
