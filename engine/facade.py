@@ -24,7 +24,7 @@ from projections.admission import Decision, Outcome
 from projections.custom import Projection, ProjectionView
 from projections.reads import Reads, Unit
 from projections.runtime import Projector
-from projections.store import StateStore
+from projections.store import DamagedState, StateStore
 from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
 from schemas.errors import (
     AppendConflict,
@@ -42,7 +42,7 @@ from schemas.errors import (
     StateUnavailable,
     TurnNotReplaceable,
 )
-from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, encode_event
+from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event
 from schemas.ids import ConversationID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
@@ -149,36 +149,32 @@ class HistoryEngine:
         """
         for where in (path, state_dir):
             _check_directory(where)
-        if kafka is not None:
-            if state_dir is None:
-                raise InvalidConfiguration(
-                    "HistoryEngine.open(kafka=...) needs state_dir=DIR for this instance's RocksDB state")
-            from engine.log.kafka import KafkaLog
 
-            def open_kafka(_evidence: Evidence) -> KafkaLog:  # Kafka keeps no tail to cut: no evidence
-                return KafkaLog(kafka, topic, partitions=partitions, replication_factor=replication_factor)
-
-            def kafka_identity(klog: KafkaLog) -> dict[str, Any]:
-                # The topic id tells a recreated topic (offsets restart at 0) from the one the state was built from.
-                return {"backend": "kafka", "topic": topic, "topic_id": klog.topic_id, "partitions": klog.partitions}
-
-            klog, store = open_state(Path(state_dir), open_kafka, kafka_identity, durable=True, rebuild=rebuild,
-                                     accept_log_loss=accept_log_loss)
-            return cls(klog, store, progress=progress)
-        if path is None:
+        if kafka is None and path is None:
             raise InvalidConfiguration(
                 "HistoryEngine.open needs a data directory (open('./data')) or kafka='host:port'")
-        root = Path(path)
+        if kafka is not None and state_dir is None:
+            raise InvalidConfiguration(
+                "HistoryEngine.open(kafka=...) needs state_dir=DIR for this instance's RocksDB state")
 
-        def open_file(evidence: Evidence) -> FileLog:
-            return FileLog(root / "log", partitions, fsync=fsync, acknowledged=evidence)
+        def attempt() -> HistoryEngine:
+            if kafka is not None:
+                assert state_dir is not None  # Invariant: checked above.
+                parts = _kafka_parts(kafka, topic, Path(state_dir), partitions, replication_factor,
+                                     rebuild=rebuild, accept_log_loss=accept_log_loss)
+            else:
+                assert path is not None  # Invariant: checked above.
+                parts = _file_parts(Path(path), partitions, fsync, rebuild=rebuild, accept_log_loss=accept_log_loss)
+            return cls(*parts, progress=progress)
 
-        def file_identity(flog: FileLog) -> dict[str, Any]:
-            return {"backend": "file", "partitions": flog.partitions}
-
-        flog, store = open_state(root / "state", open_file, file_identity, durable=fsync == "always",
-                                 rebuild=rebuild, accept_log_loss=accept_log_loss)
-        return cls(flog, store, progress=progress)
+        try:
+            return attempt()
+        except DamagedState as e:
+            # A damage met while opening (a read of the evidence, the catch-up) left its marker:
+            # the second attempt rebuilds the state from the log, as a damage found by RocksDB's own
+            # open already does (engine/state.py).
+            log.warning("%s: rebuilding the state from the log", e)
+            return attempt()
 
     def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None) -> bool:
         """Wait until the state has applied everything the log held when this was called.
@@ -244,7 +240,7 @@ class HistoryEngine:
         _check_timeout(timeout)
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
-        if reason not in ("edit", "retry"):
+        if reason not in REPLACE_REASONS:
             raise InvalidBatch(f"invalid replace_turn reason {reason!r}: expected 'edit' or 'retry'")
         if not isinstance(old_turn_id, str) or not old_turn_id:
             raise InvalidBatch(f"invalid old_turn_id {old_turn_id!r}: expected a turn id (HistoryTurn.id)")
@@ -574,6 +570,32 @@ class HistoryEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _kafka_parts(bootstrap: str, topic: str, state_dir: Path, partitions: int | None, replication_factor: int, *,
+                 rebuild: bool, accept_log_loss: bool) -> tuple[Log, StateStore]:
+    from engine.log.kafka import KafkaLog
+
+    def open_kafka(_evidence: Evidence) -> KafkaLog:  # Kafka keeps no tail to cut: no evidence
+        return KafkaLog(bootstrap, topic, partitions=partitions, replication_factor=replication_factor)
+
+    def identity(klog: KafkaLog) -> dict[str, Any]:
+        # The topic id tells a recreated topic (offsets restart at 0) from the one the state was built from.
+        return {"backend": "kafka", "topic": topic, "topic_id": klog.topic_id, "partitions": klog.partitions}
+
+    return open_state(state_dir, open_kafka, identity, durable=True, rebuild=rebuild, accept_log_loss=accept_log_loss)
+
+
+def _file_parts(root: Path, partitions: int | None, fsync: FsyncPolicy, *, rebuild: bool,
+                accept_log_loss: bool) -> tuple[Log, StateStore]:
+    def open_file(evidence: Evidence) -> FileLog:
+        return FileLog(root / "log", partitions, fsync=fsync, acknowledged=evidence)
+
+    def identity(flog: FileLog) -> dict[str, Any]:
+        return {"backend": "file", "partitions": flog.partitions}
+
+    return open_state(root / "state", open_file, identity, durable=fsync == "always", rebuild=rebuild,
+                      accept_log_loss=accept_log_loss)
 
 
 def _expected(batch: Batch, expected_last: Receipt | _Empty | None) -> str | None:

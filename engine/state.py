@@ -46,8 +46,10 @@ __all__ = ["STATE_FORMAT", "Evidence", "lost_appends", "open_state", "read_evide
 
 log = logging.getLogger("histlog.engine")
 
-STATE_FORMAT = b"3"
-"""Version of the RocksDB layout (projections/keys.py); a state of another version is rebuilt."""
+STATE_FORMAT = b"4"
+"""Version of the RocksDB layout (projections/keys.py) and of the admission rules that filled it;
+a state of another version is rebuilt. 4: every field of a decoded event is validated before
+admission, so a state of 3 may hold records (or counters) that a rebuild now decides as poison."""
 
 L = TypeVar("L", bound=Log)
 _LOST_SHOWN = 5

@@ -324,8 +324,9 @@ class Projector:
         """Why the projector stopped (a ``StateUnavailable`` to raise), or None while it runs."""
         if self.failure is None:
             return None
-        err = StateUnavailable(f"the projector stopped because the state store failed ({self.failure}); "
-                               "close and reopen the engine (a damaged state is rebuilt from the log)")
+        kind = type(self.failure) if isinstance(self.failure, StateUnavailable) else StateUnavailable  # DamagedState
+        err = kind(f"the projector stopped because the state store failed ({self.failure}); "
+                   "close and reopen the engine (a damaged state is rebuilt from the log)")
         err.__cause__ = self.failure
         return err
 

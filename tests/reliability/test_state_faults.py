@@ -205,16 +205,21 @@ def test_a_state_ahead_of_a_log_without_a_tail_to_check_names_the_lost_appends(t
     with HistoryEngine(log_, store) as eng:
         for i in range(5):
             eng.append(turn("c", f"a{i}", f"m{i}"))
-        shorter = MemoryLog()  # as if the log had lost its last 3 records
-        for record in longer.read(0, 0, 2):
-            shorter.append(record.key, record.value)
+        kept = longer.read(0, 0, 2)
+
+    def shorter(_evidence: object) -> MemoryLog:  # as if the log had lost its last 3 records
+        log = MemoryLog()
+        for record in kept:
+            log.append(record.key, record.value)
+        return log
+
     with pytest.raises(CorruptLog, match="lost acknowledged records") as info:
-        open_state(tmp_path / "state", lambda _e: shorter, identity, durable=True)
+        open_state(tmp_path / "state", shorter, identity, durable=True)
     message = str(info.value)
     assert "partition 0: state at offset 5, log ends at 2" in message
     assert "3 accepted append(s)" in message and "c/a2 at 0:2" in message and "c/a4 at 0:4" in message
     StateStore(tmp_path / "state").close()  # refused, and released
-    log_, store = open_state(tmp_path / "state", lambda _e: shorter, identity, durable=False)
+    log_, store = open_state(tmp_path / "state", shorter, identity, durable=False)
     with HistoryEngine(log_, store) as eng:  # a log that may lose its tail: rebuilt instead
         assert [e.append_id for e in eng.entries("c")] == ["a0", "a0", "a1", "a1"]
 

@@ -210,7 +210,7 @@ def test_a_deep_file_is_refused_as_a_bad_message(capsys: Capsys, tmp_path: Path)
     code = main(["--data", str(tmp_path / "data"), "append", "c", "a", "--file", _deep_array_file(tmp_path)])
     assert code == 2
     line = _one_error_line(capsys.readouterr().err)
-    assert "messages[0]" in line and "deep" in line
+    assert "nested deeper than" in line  # refused while reading the JSON, before any recursion
 
 
 # --------------------------------------------------------------------------- a data dir in use: exit 4
