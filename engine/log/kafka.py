@@ -1,14 +1,21 @@
 """``KafkaLog``: the history log on an Apache Kafka topic (kafka-python 3.0.x).
 
-* Topic: created when missing with ``retention.ms=-1``, ``retention.bytes=-1``,
-  ``cleanup.policy=delete`` (and ``min.insync.replicas=2`` when the replication factor is 3 or
-  more). An existing topic is checked and **refused** when it would lose or compact history, or
-  when its partition count differs from the requested one (the partitioner would change).
+* Settings (``engine.log.kafka_topic``): the bootstrap string is checked before any I/O
+  (``InvalidConfiguration``). The topic is created when missing with ``retention.ms=-1``,
+  ``retention.bytes=-1``, ``cleanup.policy=delete`` (and ``min.insync.replicas=2`` when the
+  replication factor is 3 or more); an existing topic is **refused** when it would lose or compact
+  history, or when its partition count differs from the requested one (the partitioner would
+  change). Its ``max.message.bytes`` is the producer's ``max_request_size``; a larger record is
+  refused before sending (``InvalidBatch``). Every client uses ``CLIENT_TUNING`` (reconnect
+  backoff at most 1 s, metadata at most 10 s old), so a long-lived client resumes within about a
+  second of a broker's return.
 * Producer: ``acks="all"``, ``enable_idempotence=True`` (explicit: a conflicting setting would
   silently turn it off), a few ms of linger so concurrent appends share a request, no
   compression; the partition is ``partition_for_key(key, partitions)``, passed explicitly.
 * Readers: consumers without a group (``group_id=None``, ``assign`` + ``seek``), no auto
-  commit, ``auto_offset_reset="none"`` (a history reader never jumps silently).
+  commit, ``auto_offset_reset="none"`` (a history reader never jumps silently). The shared
+  reader (``read``, ``end_offsets``) is replaced by a fresh consumer when an attempt fails
+  retriably (a leader moved, a node restarted), within the request timeout.
 
 Every kafka-python error is translated in one place, ``_translate``: unreachable / timed out /
 retriable → ``LogUnavailable`` (retry later; the same ``KafkaLog`` recovers by itself when the
@@ -20,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -27,10 +35,18 @@ from typing import Any, TypeVar
 
 import kafka.errors as kerr
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import ConfigResource, ConfigResourceType
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from engine.log.base import Headers, Log, LogCursor, Record, partition_for_key
-from schemas.errors import CorruptLog, HistoryError, LogUnavailable
+from engine.log.kafka_topic import (
+    CLIENT_TUNING,
+    DEFAULT_MAX_RECORD_BYTES,
+    REQUIRED_TOPIC_CONFIGS,
+    check_topic_configs,
+    ensure_topic,
+    parse_bootstrap,
+)
+from schemas.errors import CorruptLog, HistoryError, InvalidBatch, InvalidConfiguration, LogUnavailable
 from schemas.positions import LogPosition
 
 __all__ = [
@@ -39,59 +55,26 @@ __all__ = [
     "KafkaCursor",
     "KafkaLog",
     "check_topic_configs",
+    "parse_bootstrap",
 ]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Topic settings histlog creates a topic with: history is kept forever and never compacted.
-REQUIRED_TOPIC_CONFIGS: dict[str, str] = {
-    "retention.ms": "-1",
-    "retention.bytes": "-1",
-    "cleanup.policy": "delete",
-}
-
 _POLL_SLICE_S = 0.05  # kafka-python's consumer has no wakeup(): poll in short slices instead
 _SEND_BLOCK_MS = 2000  # longest a send() may block on metadata before we re-check the deadline
-#: ``max.message.bytes`` of topics histlog creates (Kafka's default, ~1 MiB, is too small for a
-#: batch with media); the producer's ``max_request_size`` follows the topic's actual value.
-DEFAULT_MAX_RECORD_BYTES = 8 * 1024 * 1024
+_MIN_ATTEMPT_S = 1.0  # the shortest slice of the request timeout one reader attempt gets
 
 
-def _alter_hint(bootstrap: str, topic: str, setting: str) -> str:
-    return (f"kafka-configs.sh --bootstrap-server {bootstrap} --alter --entity-type topics "
-            f"--entity-name {topic} --add-config {setting}")
-
-
-def check_topic_configs(topic: str, configs: Mapping[str, str], bootstrap: str = "HOST:PORT") -> None:
-    """Refuse topic settings that would make replay lie (lost or compacted history).
-
-    ``configs`` maps setting names to their effective values (``describe_configs(...,
-    config_filter="all")``). Raises ``HistoryError`` naming the setting and the fix.
-    """
-    problems: list[str] = []
-    for name in ("retention.ms", "retention.bytes"):
-        value = configs.get(name)
-        if value is None:
-            continue
-        try:
-            finite = int(value) >= 0
-        except ValueError:
-            finite = True
-        if finite:
-            problems.append(
-                f"{name}={value} deletes old history (histlog needs {name}=-1, kept forever); "
-                f"fix: {_alter_hint(bootstrap, topic, f'{name}=-1')}")
-    policy = configs.get("cleanup.policy")
-    if policy is not None and "compact" in {p.strip() for p in policy.split(",")}:
-        problems.append(
-            f"cleanup.policy={policy} compacts history (keeps only the last record per key; "
-            f"histlog needs cleanup.policy=delete with infinite retention); "
-            f"fix: {_alter_hint(bootstrap, topic, 'cleanup.policy=delete')}")
-    if problems:
-        raise HistoryError(f"refusing Kafka topic {topic!r}: " + "; ".join(problems)
-                           + ". A log that loses or compacts records cannot be replayed.")
+def _retriable(exc: BaseException) -> bool:
+    """True for a failure another attempt (with a fresh consumer) may not see: unreachable,
+    timed out, stale metadata. Data gone, refusals and histlog's own errors are final."""
+    if isinstance(exc, HistoryError):
+        return False
+    if isinstance(exc, kerr.KafkaError):
+        return bool(exc.retriable)
+    return isinstance(exc, OSError)
 
 
 def _translate(exc: BaseException, what: str, *, bootstrap: str, topic: str,
@@ -132,22 +115,39 @@ def _translate(exc: BaseException, what: str, *, bootstrap: str, topic: str,
 
 
 class KafkaLog(Log):
-    """A ``Log`` on one Kafka topic. Thread-safe (the producer is; readers share a lock)."""
+    """A ``Log`` on one Kafka topic. Thread-safe (the producer is; readers share a lock).
+
+    Every argument is checked before any I/O (``InvalidConfiguration``: a malformed bootstrap
+    string, an empty topic, a non-positive count or timeout).
+    """
 
     def __init__(self, bootstrap: str, topic: str, *, partitions: int | None = 1,
                  replication_factor: int = 1, create: bool = True,
                  client_id: str = "histlog", request_timeout_s: float = 30.0,
                  linger_ms: int = 2, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES) -> None:
-        if not topic:
-            raise ValueError("topic must be a non-empty Kafka topic name")
-        if partitions is not None and partitions < 1:
-            raise ValueError(f"partitions must be >= 1, got {partitions}")
-        if replication_factor < 1:
-            raise ValueError(f"replication_factor must be >= 1, got {replication_factor}")
-        self._bootstrap = bootstrap
+        self._bootstrap = parse_bootstrap(bootstrap)
+        if not isinstance(topic, str) or not topic:
+            raise InvalidConfiguration(f"invalid Kafka topic {topic!r}: expected a non-empty topic name "
+                                       "(--topic NAME or HISTLOG_TOPIC)")
+        if partitions is not None and (not isinstance(partitions, int) or partitions < 1):
+            raise InvalidConfiguration(f"invalid partitions={partitions!r}: expected an integer >= 1, "
+                                       "or None to adopt the topic's count")
+        if not isinstance(replication_factor, int) or replication_factor < 1:
+            raise InvalidConfiguration(f"invalid replication_factor={replication_factor!r}: expected an "
+                                       "integer >= 1 (at most the number of brokers)")
+        if not isinstance(request_timeout_s, int | float) or not math.isfinite(request_timeout_s) \
+                or request_timeout_s <= 0:
+            raise InvalidConfiguration(f"invalid request_timeout_s={request_timeout_s!r}: expected a "
+                                       "finite number of seconds > 0")
+        if not isinstance(max_record_bytes, int) or max_record_bytes < 1024:
+            raise InvalidConfiguration(f"invalid max_record_bytes={max_record_bytes!r}: expected an "
+                                       "integer >= 1024 (the max.message.bytes of a topic histlog creates)")
         self._topic = topic
         self._client_id = client_id
         self._request_timeout_ms = max(1000, int(request_timeout_s * 1000))
+        # One reader attempt gets a slice of the request timeout, so that a wedged consumer is
+        # replaced by a fresh one within the same call (see _reading).
+        self._attempt_s = max(2.0, self._request_timeout_ms / 1000 / 4)
         self._replication_factor = replication_factor
         self._max_record_bytes = max_record_bytes  # replaced by the topic's max.message.bytes
         self._closed = False
@@ -157,7 +157,7 @@ class KafkaLog(Log):
         self._topic_id = ""
         self._partitions = self._ensure_topic(partitions, create)
         self._producer = self._call("connect the producer", lambda: KafkaProducer(
-            bootstrap_servers=bootstrap,
+            bootstrap_servers=self._bootstrap,
             client_id=f"{client_id}-producer",
             acks="all",
             enable_idempotence=True,
@@ -170,6 +170,7 @@ class KafkaLog(Log):
             max_request_size=self._max_record_bytes,
             bootstrap_timeout_ms=self._request_timeout_ms,
             allow_auto_create_topics=False,
+            **CLIENT_TUNING,
         ))
         # Load the topic's metadata now so that the first append does not block on it.
         try:
@@ -197,6 +198,12 @@ class KafkaLog(Log):
     def partitions(self) -> int:
         return self._partitions
 
+    @property
+    def max_record_bytes(self) -> int:
+        """The largest record (as the producer encodes it) this log sends: the topic's
+        ``max.message.bytes``. A larger one is refused by ``append`` with ``InvalidBatch``."""
+        return self._max_record_bytes
+
     def _call(self, what: str, fn: Callable[[], T], timeout: float | None = None) -> T:
         try:
             return fn()
@@ -217,99 +224,29 @@ class KafkaLog(Log):
     def _admin(self) -> Any:
         return KafkaAdminClient(bootstrap_servers=self._bootstrap, client_id=f"{self._client_id}-admin",
                                 request_timeout_ms=self._request_timeout_ms,
-                                bootstrap_timeout_ms=self._request_timeout_ms)
+                                bootstrap_timeout_ms=self._request_timeout_ms, **CLIENT_TUNING)
 
     def _ensure_topic(self, partitions: int | None, create: bool) -> int:
         admin = self._call("connect to Kafka (admin)", self._admin)
         try:
-            return self._call("check the topic", lambda: self._check_or_create(admin, partitions, create))
+            info = self._call("check the topic", lambda: ensure_topic(
+                admin, topic=self._topic, bootstrap=self._bootstrap, partitions=partitions,
+                create=create, replication_factor=self._replication_factor,
+                max_record_bytes=self._max_record_bytes, timeout_ms=self._request_timeout_ms))
         finally:
             try:
                 admin.close()
             except Exception:  # pragma: no cover - best effort
                 log.debug("admin close failed", exc_info=True)
-
-    def _describe_partitions(self, admin: Any) -> int | None:
-        [info] = admin.describe_topics([self._topic])
-        code = info.get("error_code", 0)
-        if code == kerr.UnknownTopicOrPartitionError.errno:
-            return None
-        if code:
-            raise kerr.for_code(code)(f"describe topic {self._topic}")
-        self._topic_id = str(info.get("topic_id") or "")
-        return len(info["partitions"])
-
-    def _visible_after_creation(self, admin: Any) -> int:
-        """The new topic's partition count, once the broker answering describe knows it: in a
-        cluster, brokers learn a new topic from the controller a moment after it is created."""
-        deadline = time.monotonic() + self._request_timeout_ms / 1000
-        pause = 0.05
-        while True:
-            actual = self._describe_partitions(admin)
-            if actual is not None:
-                return actual
-            if time.monotonic() >= deadline:
-                raise kerr.UnknownTopicOrPartitionError(f"topic {self._topic} not visible after creation")
-            time.sleep(pause)  # back-off between metadata requests, bounded by the deadline
-            pause = min(pause * 2, 1.0)
-
-    def _check_or_create(self, admin: Any, partitions: int | None, create: bool) -> int:
-        actual = self._describe_partitions(admin)
-        if actual is None:
-            if not create:
-                raise HistoryError(
-                    f"Kafka topic {self._topic!r} does not exist at {self._bootstrap} and create=False; "
-                    f"create it with {self._creation_hint(partitions or 1)} or pass create=True.")
-            wanted = partitions or 1
-            configs = dict(REQUIRED_TOPIC_CONFIGS)
-            configs["max.message.bytes"] = str(self._max_record_bytes)
-            if self._replication_factor >= 3:
-                configs["min.insync.replicas"] = "2"
-            try:
-                admin.create_topics({self._topic: {"num_partitions": wanted,
-                                                   "replication_factor": self._replication_factor,
-                                                   "configs": configs}},
-                                    timeout_ms=self._request_timeout_ms, wait_for_metadata=True)
-                log.info("created Kafka topic %s (%d partitions, RF %d)", self._topic, wanted,
-                         self._replication_factor)
-            except kerr.TopicAlreadyExistsError:
-                pass  # another instance won the race: check it like any existing topic
-            except kerr.InvalidReplicationFactorError as exc:
-                raise HistoryError(
-                    f"cannot create Kafka topic {self._topic!r} with replication factor "
-                    f"{self._replication_factor}: {exc}; the cluster has fewer brokers, "
-                    f"lower replication_factor or add brokers.") from exc
-            actual = self._visible_after_creation(admin)
-        if partitions is not None and actual != partitions:
-            raise HistoryError(
-                f"Kafka topic {self._topic!r} has {actual} partitions but {partitions} were requested; "
-                f"histlog places each conversation by murmur2(conversation id) % partitions, so a "
-                f"different count would move conversations and break their order. Open it with "
-                f"partitions={actual}, or use a new topic (partitions cannot be changed in place).")
-        result = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, self._topic)],
-                                        config_filter="all")
-        entries = result.get("topic", {}).get(self._topic, {})
-        configs_now = {name: str(entry.get("value")) for name, entry in entries.items()
-                       if entry.get("value") is not None}
-        check_topic_configs(self._topic, configs_now, self._bootstrap)
-        try:
-            self._max_record_bytes = int(configs_now.get("max.message.bytes", self._max_record_bytes))
-        except ValueError:
-            pass
-        return actual
-
-    def _creation_hint(self, partitions: int) -> str:
-        extra = " --config min.insync.replicas=2" if self._replication_factor >= 3 else ""
-        return (f"kafka-topics.sh --bootstrap-server {self._bootstrap} --create --topic {self._topic} "
-                f"--partitions {partitions} --replication-factor {self._replication_factor} "
-                f"--config retention.ms=-1 --config retention.bytes=-1 --config cleanup.policy=delete"
-                + extra)
+        self._topic_id = info.topic_id
+        self._max_record_bytes = info.max_message_bytes
+        return info.partitions
 
     def _check_open(self) -> None:
         if self._closed:
             raise LogUnavailable(f"KafkaLog for topic {self._topic!r} is closed; open a new one.")
 
-    def _new_consumer(self, role: str) -> Any:
+    def _new_consumer(self, role: str, bootstrap_timeout_ms: int | None = None) -> Any:
         return KafkaConsumer(
             bootstrap_servers=self._bootstrap,
             client_id=f"{self._client_id}-{role}",
@@ -317,15 +254,26 @@ class KafkaLog(Log):
             enable_auto_commit=False,
             auto_offset_reset="none",
             request_timeout_ms=self._request_timeout_ms,
-            bootstrap_timeout_ms=self._request_timeout_ms,
+            bootstrap_timeout_ms=max(1000, bootstrap_timeout_ms or self._request_timeout_ms),
             fetch_max_wait_ms=200,
             max_partition_fetch_bytes=max(1024 * 1024, self._max_record_bytes),
             max_poll_records=1000,
             allow_auto_create_topics=False,
+            **CLIENT_TUNING,
         )
 
     def _tps(self) -> list[TopicPartition]:
         return [TopicPartition(self._topic, p) for p in range(self._partitions)]
+
+    def _check_size(self, partition: int, key: bytes, value: bytes, headers: list[tuple[str, bytes]]) -> None:
+        """Refuse, before sending, a record the topic would refuse (the producer would raise
+        ``MessageSizeTooLargeError`` itself, untyped; the broker ``RecordTooLarge``)."""
+        size = DefaultRecordBatchBuilder.estimate_size_in_bytes(key, value, headers)
+        if size > self._max_record_bytes:
+            raise InvalidBatch(
+                f"append to partition {partition} of Kafka topic {self._topic!r} refused: the encoded "
+                f"event is {size} bytes; this topic takes at most {self._max_record_bytes}; split the "
+                f"batch into smaller appends (or raise the topic's max.message.bytes). Nothing was sent.")
 
     # ------------------------------------------------------------------ Log API
 
@@ -334,6 +282,7 @@ class KafkaLog(Log):
         self._check_open()
         partition = partition_for_key(key, self._partitions)
         hdrs = [(str(k), bytes(v)) for k, v in headers]
+        self._check_size(partition, key, value, hdrs)
         deadline = time.monotonic() + timeout
         what = f"append to partition {partition}"
         try:
@@ -355,6 +304,44 @@ class KafkaLog(Log):
                              timeout=timeout) from exc
         return LogPosition(int(metadata.partition), int(metadata.offset))
 
+    def _reading(self, what: str, fn: Callable[[Any, float], T]) -> T:
+        """Run ``fn(reader, attempt_seconds)`` on the shared reader consumer, bounded by the
+        request timeout, and recover from a reader that no longer gets answers.
+
+        A consumer whose leader was killed and restarted can keep asking it (kafka-python 3.0.x
+        retries ``ListOffsets`` on ``NotLeaderForPartition`` with its cached metadata and stayed
+        stuck for minutes, while a fresh process read at once). So one attempt gets a slice of the
+        request timeout; after a retriable failure the reader is closed and a fresh consumer
+        (bootstrap, new metadata, new connections) retries, until the request timeout. Final
+        errors (data gone, refusals) are raised at once. All under the reader lock.
+        """
+        budget = self._request_timeout_ms / 1000
+        deadline = time.monotonic() + budget
+        with self._lock:
+            attempt = 0
+            while True:
+                self._check_open()
+                attempt += 1
+                remaining = deadline - time.monotonic()
+                try:
+                    if self._reader is None:
+                        self._reader = self._new_consumer("reader", int(remaining * 1000))
+                    return fn(self._reader, max(_MIN_ATTEMPT_S, min(remaining, self._attempt_s)))
+                except Exception as exc:
+                    if not _retriable(exc) or deadline - time.monotonic() < _MIN_ATTEMPT_S:
+                        raise _translate(exc, what, bootstrap=self._bootstrap, topic=self._topic,
+                                         timeout=budget) from exc
+                    log.info("%s: attempt %d failed (%s); reconnecting the reader", what, attempt, exc)
+                    self._discard_reader()
+
+    def _discard_reader(self) -> None:
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            try:
+                reader.close()
+            except Exception:  # pragma: no cover - best effort
+                log.debug("closing the Kafka reader failed", exc_info=True)
+
     def read(self, partition: int, from_offset: int, max_records: int = 1000) -> list[Record]:
         self._check_open()
         if not 0 <= partition < self._partitions:
@@ -362,43 +349,40 @@ class KafkaLog(Log):
         if max_records <= 0:
             return []
         tp = TopicPartition(self._topic, partition)
-        with self._lock:
-            self._check_open()
-            reader = self._get_reader()
-            timeout_ms = self._request_timeout_ms
+        start = max(from_offset, 0)
 
-            def fetch() -> list[Record]:
-                end = int(reader.end_offsets([tp], timeout_ms=timeout_ms)[tp])
-                start = max(from_offset, 0)
-                if start >= end:
-                    return []
-                reader.assign([tp])
-                reader.seek(tp, start)
-                out: list[Record] = []
-                deadline = time.monotonic() + timeout_ms / 1000
-                while len(out) < max_records and time.monotonic() < deadline:
-                    batch = reader.poll(timeout_ms=100, max_records=max_records - len(out))
-                    for recs in batch.values():
-                        out.extend(_record(r) for r in recs)
-                    if out and out[-1].offset + 1 >= end:
-                        break
-                    if reader.position(tp, timeout_ms=timeout_ms) >= end:
-                        break
-                return out
+        def fetch(reader: Any, attempt_s: float) -> list[Record]:
+            timeout_ms = int(attempt_s * 1000)
+            deadline = time.monotonic() + attempt_s
+            end = int(reader.end_offsets([tp], timeout_ms=timeout_ms)[tp])
+            if start >= end:
+                return []
+            reader.assign([tp])
+            reader.seek(tp, start)
+            out: list[Record] = []
+            while len(out) < max_records:
+                if time.monotonic() >= deadline:
+                    if out:
+                        break  # a short read is fine: the caller continues from the last offset + 1
+                    raise kerr.KafkaTimeoutError(
+                        f"no record of partition {partition} (offsets {start}..{end - 1}) within {attempt_s:g} s")
+                batch = reader.poll(timeout_ms=100, max_records=max_records - len(out))
+                for recs in batch.values():
+                    out.extend(_record(r) for r in recs)
+                if out and out[-1].offset + 1 >= end:
+                    break
+                if reader.position(tp, timeout_ms=timeout_ms) >= end:
+                    break
+            return out
 
-            return self._call(f"read partition {partition} from offset {from_offset}", fetch,
-                              timeout=timeout_ms / 1000)
+        return self._reading(f"read partition {partition} from offset {from_offset}", fetch)
 
     def end_offsets(self) -> list[int]:
         self._check_open()
-        with self._lock:
-            self._check_open()
-            reader = self._get_reader()
-            tps = self._tps()
-            ends = self._call("read end offsets",
-                              lambda: reader.end_offsets(tps, timeout_ms=self._request_timeout_ms),
-                              timeout=self._request_timeout_ms / 1000)
-            return [int(ends[tp]) for tp in tps]
+        tps = self._tps()
+        ends = self._reading("read end offsets",
+                             lambda reader, attempt_s: reader.end_offsets(tps, timeout_ms=int(attempt_s * 1000)))
+        return [int(ends[tp]) for tp in tps]
 
     def cursor(self, start: Mapping[int, int]) -> KafkaCursor:
         self._check_open()
@@ -422,11 +406,6 @@ class KafkaLog(Log):
                 client.close(timeout=5) if what == "producer" else client.close()
             except Exception:  # pragma: no cover - best effort on the way out
                 log.debug("closing the Kafka %s failed", what, exc_info=True)
-
-    def _get_reader(self) -> Any:
-        if self._reader is None:
-            self._reader = self._call("connect a reader", lambda: self._new_consumer("reader"))
-        return self._reader
 
     def __repr__(self) -> str:
         return (f"KafkaLog(bootstrap={self._bootstrap!r}, topic={self._topic!r}, "

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,9 @@ from tests.kafka_broker import KafkaCluster, unique_topic
 
 pytestmark = pytest.mark.kafka
 REPO = Path(__file__).resolve().parents[2]
+#: Longest a long-lived engine may take to append again once a restarted broker serves: a bound
+#: of the reconnect backoff setting, generous for a loaded 2-core machine.
+RESUME_BOUND_S = 10.0
 
 
 class KafkaBackend:
@@ -194,21 +198,26 @@ def test_garbage_records_are_poison_on_every_instance(backend: KafkaBackend, tmp
 
 
 # -- broker faults ------------------------------------------------------------------------------
-def _append_until_confirmed(engine: HistoryEngine, batch: Batch, attempts: int = 60) -> Receipt:
+def _append_until_confirmed(engine: HistoryEngine, batch: Batch, attempts: int = 60,
+                            failures: list[BaseException] | None = None) -> Receipt:
     """What a bot does when the log is down: resend the same Batch until it has a receipt."""
     for _ in range(attempts):
         try:
             return engine.append(batch, timeout=5)
-        except (LogUnavailable, CommitUnconfirmed):
+        except (LogUnavailable, CommitUnconfirmed) as exc:
+            if failures is not None:
+                failures.append(exc)
             continue
     raise AssertionError(f"no receipt for {batch.append_id} after {attempts} attempts")
 
 
-def _write_loop(engine: HistoryEngine, stop: threading.Event, receipts: list[Receipt], prefix: str) -> None:
+def _write_loop(engine: HistoryEngine, stop: threading.Event, receipts: list[Receipt], prefix: str,
+                failures: list[BaseException] | None = None) -> None:
     i = 0
     while not stop.is_set():
         receipts.append(_append_until_confirmed(
-            engine, Batch(f"conv-{i % 3}", f"{prefix}-{i}", [Message.user(f"q {prefix}-{i}"), Message.assistant("a")])))
+            engine, Batch(f"conv-{i % 3}", f"{prefix}-{i}", [Message.user(f"q {prefix}-{i}"), Message.assistant("a")]),
+            failures=failures))
         i += 1
 
 
@@ -222,7 +231,8 @@ def _check_receipts(engine: HistoryEngine, receipts: list[Receipt]) -> None:
         assert f"q {r.append_id}" in [m.text() for m in engine.read(r.conversation_id, at_least=r)]
 
 
-def _wait_for_receipts(receipts: list[Receipt], n: int, stop: threading.Event) -> None:
+def _wait_for_receipts(receipts: list[Any], n: int, stop: threading.Event) -> None:
+    """Bounded wait until ``receipts`` (or any list the write loop grows) has ``n`` items."""
     done = threading.Event()
 
     def watch() -> None:
@@ -238,16 +248,28 @@ def test_broker_kill_9_and_restart_loses_and_duplicates_nothing(kafka_broker1: K
                                                                   tmp_path: Path) -> None:
     topic = unique_topic("histlog-restart")
     engine = HistoryEngine.open(kafka=kafka_broker1.bootstrap, topic=topic, state_dir=tmp_path / "s")
-    stop, receipts = threading.Event(), []
-    writer = threading.Thread(target=_write_loop, args=(engine, stop, receipts, "w"))
+    stop, receipts, failures = threading.Event(), [], []  # type: ignore[var-annotated]
+    writer = threading.Thread(target=_write_loop, args=(engine, stop, receipts, "w", failures))
     writer.start()
     try:
         _wait_for_receipts(receipts, 20, stop)
         kafka_broker1.kill_node(1)
         with pytest.raises((LogUnavailable, CommitUnconfirmed)):
             engine.append(turn("down", "x", "while down"), timeout=3)
-        kafka_broker1.start_node(1)
+        # Keep the broker down while the writer fails a few 5 s attempts: long enough for the
+        # clients' exponential reconnect backoff to reach its maximum.
+        _wait_for_receipts(failures, 3, stop)
         before = len(receipts)
+        kafka_broker1.start_node(1)  # returns once the broker serves
+        ready = time.monotonic()
+        _wait_for_receipts(receipts, before + 1, stop)
+        resumed = time.monotonic() - ready
+        print(f"appends resumed {resumed:.2f} s after the broker was ready "
+              f"({len(failures)} failed attempts while it was down)")
+        # A correctness bound of the reconnect backoff (reconnect_backoff_max_ms=1000 for the
+        # producer and the projector's cursor), not a performance assertion: with kafka-python's
+        # default 30 s maximum a long-lived engine resumed 10-32 s after the broker returned.
+        assert resumed < RESUME_BOUND_S, f"appends resumed {resumed:.1f} s after the broker was ready"
         _wait_for_receipts(receipts, before + 20, stop)
     finally:
         stop.set()

@@ -15,10 +15,14 @@ from kafka.partitioner import DefaultPartitioner
 
 from engine.log.base import partition_for_key, record_key
 from engine.log.kafka import KafkaLog, check_topic_configs
-from schemas.errors import HistoryError, LogUnavailable
+from schemas.errors import HistoryError, InvalidBatch, LogUnavailable
 from tests.kafka_broker import REPO, KafkaCluster, unique_topic
 
 pytestmark = pytest.mark.kafka
+
+#: Longest a long-lived client may take to append again once a restarted broker serves: a bound
+#: of the reconnect backoff setting (see CLIENT_TUNING), generous for a loaded 2-core machine.
+RESUME_BOUND_S = 10.0
 
 CONVERSATIONS = ["c", "conversation-1", "ünïcødé 会話", "a" * 300, "user:42/thread:7", "x y z"]
 
@@ -183,6 +187,21 @@ def test_partition_matches_the_java_client(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- broker loss
 
 
+def test_a_record_larger_than_the_topics_max_message_bytes_is_refused_before_sending(
+        kafka_bootstrap: str, kafka_topic: str) -> None:
+    """An existing topic's max.message.bytes (here Kafka's 1 MiB default) is the limit, read at open."""
+    create_raw_topic(kafka_bootstrap, kafka_topic, retention_ms="-1", retention_bytes="-1",
+                     max_message_bytes="1048576")
+    with KafkaLog(kafka_bootstrap, kafka_topic) as log:
+        assert log.max_record_bytes == 1048576
+        with pytest.raises(InvalidBatch, match=r"the encoded event is \d+ bytes; this topic takes at most "
+                                               r"1048576; split the batch"):
+            log.append(record_key("c", "big"), b"x" * 1048576)
+        assert log.end_offsets() == [0]  # nothing was sent
+        fits = log.append(record_key("c", "fits"), b"x" * (1048576 - 200))  # just under the limit
+        assert log.end_offsets() == [fits.offset + 1]
+
+
 def test_broker_down_append_fails_within_timeout_and_recovers(kafka_broker1: KafkaCluster) -> None:
     topic = unique_topic("histlog-broker-down")
     log = KafkaLog(kafka_broker1.bootstrap, topic, partitions=1, request_timeout_s=5)
@@ -201,8 +220,14 @@ def test_broker_down_append_fails_within_timeout_and_recovers(kafka_broker1: Kaf
                 log.end_offsets()
             assert time.monotonic() - t0 < 5.0 + 5.0
         finally:
-            kafka_broker1.start()  # same storage, same ports
+            kafka_broker1.start()  # same storage, same ports; returns once the broker serves
+        ready = time.monotonic()
         after = log.append(record_key("c", "after"), b"after", timeout=60.0)
+        resumed = time.monotonic() - ready
+        print(f"append resumed {resumed:.2f} s after the broker was ready")
+        # A correctness bound of the reconnect backoff (reconnect_backoff_max_ms=1000), not a
+        # performance assertion: with kafka-python's default 30 s maximum this took 10-32 s.
+        assert resumed < RESUME_BOUND_S, f"append resumed {resumed:.1f} s after the broker was ready"
         assert after.offset > before.offset
         records = []
         offset = 0
