@@ -56,6 +56,9 @@ def check_conversation(m: RefConversation, got: dict[str, Any], created: dict[tu
         f"{c}: the custom projection's mirror"
     assert got["mirror_replacements"] == {r.append_id: 1 for r in m.replacements}, \
         f"{c}: the custom projection was not given each accepted replacement exactly once"
+    assert got["mirror_deliveries"] == dict.fromkeys(m.order, 1), \
+        f"{c}: the custom projection was not given each accepted batch exactly once"
+    assert got["mirror_clears"] == int(m.closed), f"{c}: the custom projection was not given the clear exactly once"
 
 
 def check_observation(convs: list[RefConversation], got: dict[str, Any], created: dict[tuple[str, str], str],

@@ -50,8 +50,9 @@ class Zygote:
         answer: dict[str, Any] = json.loads(reply)
         return answer
 
-    def spawn(self, data: Path) -> Worker:
-        """Fork a worker on ``data``; returns once it printed its first line (ready or open_error)."""
+    def spawn(self, data: Path, *, wait: bool = True) -> Worker:
+        """Fork a worker on ``data``; with ``wait``, returns once it printed its first line
+        (``ready`` or ``open_error``, in ``Worker.first``)."""
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         try:
@@ -61,6 +62,8 @@ class Zygote:
             os.close(stdout_w)
         worker = Worker(self, pid, stdin_w, stdout_r)
         self.workers[pid] = worker
+        if wait:
+            worker.first = worker.readline()
         return worker
 
     def reap(self, pid: int) -> int:
@@ -92,7 +95,7 @@ class Worker:
         self.stdout_fd = stdout
         self._buffer = b""
         self.alive = True
-        self.first = self.readline()
+        self.first: dict[str, Any] = {}
 
     def send(self, cmd: dict[str, Any]) -> None:
         os.write(self._stdin, json.dumps(cmd).encode() + b"\n")

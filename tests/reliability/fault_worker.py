@@ -41,27 +41,33 @@ WINDOWS = (1, 2, 3, 5)
 
 
 class VisibleMirror(Projection):
-    """A custom projection mirroring the visible history: ``m/CONV\\x1f SEQ -> canonical JSON``,
-    and ``r/CONV\\x1f APPEND_ID -> deliveries`` for each replacement it was given (each must
-    arrive exactly once, also across kills, rebuilds and registrations)."""
+    """A custom projection mirroring the visible history: ``m/CONV\\x1f SEQ -> canonical JSON``.
+    It also counts deliveries, which must be exactly one per accepted event, also across kills,
+    rebuilds and registrations: ``n/CONV\\x1f APPEND_ID`` per batch or replacement,
+    ``r/CONV\\x1f APPEND_ID`` per replacement, ``x/CONV`` per clear."""
 
     name = "fault-mirror"
 
     def apply(self, event: ProjectedEvent, tx: ProjectionTx) -> None:
         conv = str(event.conversation_id).encode()
         if isinstance(event, ClearEvent):
+            bump(tx, b"x/" + conv)
             for key, _ in tx.scan(b"m/" + conv + b"\x1f"):
                 tx.delete(key)
             return
+        bump(tx, b"n/" + conv + b"\x1f" + str(event.append_id).encode())
         if isinstance(event, TurnReplacedEvent):
-            rkey = b"r/" + conv + b"\x1f" + str(event.append_id).encode()
-            tx.put(rkey, str(int(tx.get(rkey) or b"0") + 1).encode())
+            bump(tx, b"r/" + conv + b"\x1f" + str(event.append_id).encode())
             for seq in event.hidden_seqs:
                 tx.delete(mirror_key(conv, seq))
         else:
             assert isinstance(event, BatchEvent)
         for i, message in enumerate(event.messages):
             tx.put(mirror_key(conv, event.first_seq + i), message.canonical_json())
+
+
+def bump(tx: ProjectionTx, key: bytes) -> None:
+    tx.put(key, str(int(tx.get(key) or b"0") + 1).encode())
 
 
 def mirror_key(conv: bytes, seq: int) -> bytes:
@@ -94,8 +100,9 @@ def observe(engine: HistoryEngine, convs: list[str]) -> dict[str, Any]:
                 latest.id, latest.position, latest.request_message_id, latest.assistant_message_id,
                 [stored(e) for e in latest.messages]],
             "mirror": [[int.from_bytes(k[-8:], "big"), v.decode()] for k, v in view.scan(b"m/" + c.encode() + b"\x1f")],
-            "mirror_replacements": {k.rsplit(b"\x1f", 1)[1].decode(): int(v)
-                                    for k, v in view.scan(b"r/" + c.encode() + b"\x1f")},
+            "mirror_replacements": counts(view.scan(b"r/" + c.encode() + b"\x1f")),
+            "mirror_deliveries": counts(view.scan(b"n/" + c.encode() + b"\x1f")),
+            "mirror_clears": int(view.get(b"x/" + c.encode()) or b"0"),
         }
     s = engine.stats()
     return {"convs": out, "conversations": [str(c) for c in engine.conversations()],
@@ -103,6 +110,10 @@ def observe(engine: HistoryEngine, convs: list[str]) -> dict[str, Any]:
                       "rejected_closed": s.rejected_closed, "corrupt": s.corrupt,
                       "precondition_failed": s.precondition_failed, "not_replaceable": s.not_replaceable,
                       "lag": s.lag, "end_offsets": s.end_offsets}}
+
+
+def counts(pairs: list[tuple[bytes, bytes]]) -> dict[str, int]:
+    return {k.rsplit(b"\x1f", 1)[1].decode(): int(v) for k, v in pairs}
 
 
 def _expected(raw: Any) -> Receipt | object | None:

@@ -78,6 +78,9 @@ class Write:
 
 class FaultModel(RuleBasedStateMachine):
     zygote: Zygote  # set by the test (one zygote serves every example)
+    expect_no_scratch = False
+    """Whether an open must leave no ``.replay-*`` scratch state of a killed open behind (issue
+    11, defect 8: on with the state fixes, in ``DamageFaultModel``)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -99,14 +102,14 @@ class FaultModel(RuleBasedStateMachine):
                                  f"{worker.first['message']}\n{worker.first.get('traceback', '')}")
         return worker
 
-    def restart(self, *, in_flight: bool = False) -> None:
-        """Start the engine again; every acknowledged receipt must still be there (checked after
-        the write in flight is settled, when there is one: it may have been a clear)."""
+    def restart(self) -> None:
         self.worker = self.start()
-        if not in_flight:
-            self.check_receipts()
+        if self.expect_no_scratch:
+            assert not self.scratch_dirs(), f"stale scratch states left after open: {self.scratch_dirs()}"
 
     def check_receipts(self) -> None:
+        """Every acknowledged receipt is still there: an identical retry returns it (or
+        ``ConversationClosed`` once its conversation was cleared)."""
         answers = self.worker.value({"op": "resend", "batches": [b.to_json().decode() for _, b, _ in self.acked]})
         for (m, b, r), got in zip(self.acked, answers, strict=True):
             if m.closed:
@@ -272,15 +275,15 @@ class FaultModel(RuleBasedStateMachine):
             self.wait_written(before)
         self.worker.kill()
         fault_stats[f"kill-{point}"] += 1
-        self.restart(in_flight=point != "answered")
+        self.restart()
         if point != "answered":
             ends = sum(self.observe()["stats"]["end_offsets"])
             answer = self.worker.request(write.cmd)  # the identical retry settles the unknown outcome
+            fault_stats[f"in-flight {kind}"] += 1
             if "ok" in answer and isinstance(answer["ok"], dict):
                 survived = Receipt.from_dict(answer["ok"]).position.offset < ends
                 fault_stats[f"in-flight {kind}: {'accepted before the kill' if survived else 'decided after'}"] += 1
             write.settle(answer, True)
-            self.check_receipts()
 
     def wait_written(self, before: int) -> None:
         """Bounded wait until the log grew or the worker answered (a write the fast path
@@ -289,6 +292,26 @@ class FaultModel(RuleBasedStateMachine):
         while self.log_bytes() == before and time.monotonic() < deadline:
             if select.select([self.worker.stdout_fd], [], [], 0.001)[0]:
                 return
+
+    @rule(point=st.sampled_from(["at once", "replaying"]))
+    def kill_while_opening(self, point: str) -> None:
+        """SIGKILL the engine while it opens: at once, or once it replays into a scratch state
+        (``register`` of the custom projection), or whatever it reached first."""
+        self.begin()
+        self.worker.close()
+        worker = self.zygote.spawn(self.data, wait=False)
+        if point == "replaying":
+            deadline = time.monotonic() + 10
+            while not self.scratch_dirs() and time.monotonic() < deadline:
+                if select.select([worker.stdout_fd], [], [], 0.001)[0]:
+                    break  # it opened before a scratch state was seen
+        worker.kill()
+        fault_stats[f"kill while opening ({point})"] += 1
+        fault_stats["stale .replay-* scratch states seen"] += len(self.scratch_dirs())
+        self.restart()
+
+    def scratch_dirs(self) -> list[Path]:
+        return sorted(self.data.glob(".replay-*"))
 
     @rule(clean=st.booleans())
     def reopen(self, clean: bool) -> None:
@@ -323,6 +346,7 @@ class FaultModel(RuleBasedStateMachine):
     @invariant()
     def agrees_with_the_model(self) -> None:
         check_observation(self.convs, self.observe(), self.created, self.bounds, [r for _, _, r in self.acked])
+        self.check_receipts()
         self.checked = True
 
     def teardown(self) -> None:
@@ -345,7 +369,10 @@ def state_files(state: Path, pattern: str) -> list[Path]:
 class DamageFaultModel(FaultModel):
     """The same machine plus damage to the RocksDB state while the engine is down: opening a
     state that is damaged must rebuild it from the log (DESIGN.md §7), and the rebuilt state
-    must equal the one before the damage."""
+    must equal the one before the damage. It also expects the other state fixes of issue 11:
+    an open removes the scratch states a killed open left behind (defect 8)."""
+
+    expect_no_scratch = True
 
     def damage(self, what: str, harm: Callable[[Path], bool]) -> None:
         self.begin()
