@@ -92,7 +92,11 @@ class FaultModel(RuleBasedStateMachine):
         self.bounds = Bounds()
         self.acked: list[tuple[RefConversation, Batch, Receipt]] = []
         self.checked = False
-        self.worker = self.start()
+        try:
+            self.worker = self.start()
+        except BaseException:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
 
     # -- processes -------------------------------------------------------------------------------
     def start(self) -> Worker:
@@ -116,7 +120,7 @@ class FaultModel(RuleBasedStateMachine):
             if m.closed:
                 assert got.get("error") == "ConversationClosed", (b, got)
             else:
-                assert got == {"ok": r.to_dict()}, f"acknowledged {r} lost or changed after a restart: {got}"
+                assert got == {"ok": r.to_dict()}, f"acknowledged {r} lost or changed: an identical retry got {got}"
 
     def observe(self) -> dict[str, Any]:
         got: dict[str, Any] = self.worker.value({"op": "observe", "convs": [m.cid for m in self.convs]})
