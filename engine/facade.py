@@ -9,17 +9,16 @@ that position (a racing writer elsewhere may have won: then it is a conflict).
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from engine.arguments import check_budget, check_cursors, check_directory, check_timeout
 from engine.log.base import Log, record_key
-from engine.log.file import FileLog, FsyncPolicy
-from engine.state import Evidence, open_state
+from engine.log.file import FsyncPolicy
+from engine.state import open_file_parts, open_kafka_parts
 from projections.admission import Decision, Outcome
 from projections.custom import Projection, ProjectionView
 from projections.reads import Reads, Unit
@@ -148,7 +147,7 @@ class HistoryEngine:
         before any I/O.
         """
         for where in (path, state_dir):
-            _check_directory(where)
+            check_directory(where)
 
         if kafka is None and path is None:
             raise InvalidConfiguration(
@@ -160,11 +159,11 @@ class HistoryEngine:
         def attempt() -> HistoryEngine:
             if kafka is not None:
                 assert state_dir is not None  # Invariant: checked above.
-                parts = _kafka_parts(kafka, topic, Path(state_dir), partitions, replication_factor,
-                                     rebuild=rebuild, accept_log_loss=accept_log_loss)
+                parts = open_kafka_parts(kafka, topic, Path(state_dir), partitions, replication_factor,
+                                         rebuild=rebuild, accept_log_loss=accept_log_loss)
             else:
                 assert path is not None  # Invariant: checked above.
-                parts = _file_parts(Path(path), partitions, fsync, rebuild=rebuild, accept_log_loss=accept_log_loss)
+                parts = open_file_parts(Path(path), partitions, fsync, rebuild=rebuild, accept_log_loss=accept_log_loss)
             return cls(*parts, progress=progress)
 
         try:
@@ -182,7 +181,7 @@ class HistoryEngine:
         ``timeout``: seconds (``None``, the default: until caught up); False when it ran out.
         """
         if timeout is not None:
-            _check_timeout(timeout)
+            check_timeout(timeout)
         targets = self._log.end_offsets()
         if progress is None:
             return self._projector.wait_offsets(targets, timeout)
@@ -215,7 +214,7 @@ class HistoryEngine:
         has already applied it, ``CommitUnconfirmed`` is raised (resend the same Batch to learn
         the outcome). The same rule holds for every timeout of this class.
         """
-        _check_timeout(timeout)
+        check_timeout(timeout)
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
         expected = _expected(batch, expected_last)
@@ -237,7 +236,7 @@ class HistoryEngine:
         two racing replacements one wins everywhere). Idempotent by append id, like ``append``
         (and the same ``timeout`` rule).
         """
-        _check_timeout(timeout)
+        check_timeout(timeout)
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
         if reason not in REPLACE_REASONS:
@@ -354,7 +353,7 @@ class HistoryEngine:
 
         ``timeout``: as ``append`` (checked before any I/O; ``0`` writes and does not wait).
         """
-        _check_timeout(timeout)
+        check_timeout(timeout)
         c = ConversationID(conversation_id)
         self._check_open()
         row = self._reads.conversation(c)
@@ -375,7 +374,7 @@ class HistoryEngine:
         ``timeout`` seconds (a finite number >= 0, checked even without ``at_least``; ``0``
         answers only if it is applied already), else ``LogUnavailable``.
         """
-        _check_timeout(timeout)
+        check_timeout(timeout)
         c = ConversationID(conversation_id)
         self._check_open()
         if at_least is not None:
@@ -400,7 +399,7 @@ class HistoryEngine:
                 include_hidden: bool = False) -> list[StoredMessage]:
         """Stored messages with ``after < position < before`` (both exclusive), at most ``limit``."""
         c = ConversationID(conversation_id)
-        _check_cursors(after, before)
+        check_cursors(after, before)
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidWindow(f"invalid limit {limit!r}: expected a non-negative int or None")
         self._check_open()
@@ -450,8 +449,8 @@ class HistoryEngine:
         older messages of the window were left out. Reads the kept rows plus one: O(window).
         """
         c = ConversationID(conversation_id)
-        _check_budget(max_bytes, unit)
-        _check_cursors(after, before)
+        check_budget(max_bytes, unit)
+        check_cursors(after, before)
         self._check_open()
         return self._reads.within_bytes(c, max_bytes, after, before, unit)
 
@@ -460,8 +459,8 @@ class HistoryEngine:
         """``read_within_bytes``'s window narrowed to ``TurnSource(id, role, content, created_at,
         interrupted)``, read from a keyspace of its own: no message row or metadata is loaded."""
         c = ConversationID(conversation_id)
-        _check_budget(max_bytes, unit)
-        _check_cursors(after, before)
+        check_budget(max_bytes, unit)
+        check_cursors(after, before)
         self._check_open()
         return self._reads.turn_sources(c, max_bytes, after, before, unit)
 
@@ -470,7 +469,7 @@ class HistoryEngine:
         running sums (two point reads, no payload). ``turns`` counts the distinct turn positions
         those messages belong to: the units of ``read_within_bytes(unit="turn")``."""
         c = ConversationID(conversation_id)
-        _check_cursors(after, None)
+        check_cursors(after, None)
         self._check_open()
         return self._reads.measure(c, after)
 
@@ -572,32 +571,6 @@ class HistoryEngine:
         self.close()
 
 
-def _kafka_parts(bootstrap: str, topic: str, state_dir: Path, partitions: int | None, replication_factor: int, *,
-                 rebuild: bool, accept_log_loss: bool) -> tuple[Log, StateStore]:
-    from engine.log.kafka import KafkaLog
-
-    def open_kafka(_evidence: Evidence) -> KafkaLog:  # Kafka keeps no tail to cut: no evidence
-        return KafkaLog(bootstrap, topic, partitions=partitions, replication_factor=replication_factor)
-
-    def identity(klog: KafkaLog) -> dict[str, Any]:
-        # The topic id tells a recreated topic (offsets restart at 0) from the one the state was built from.
-        return {"backend": "kafka", "topic": topic, "topic_id": klog.topic_id, "partitions": klog.partitions}
-
-    return open_state(state_dir, open_kafka, identity, durable=True, rebuild=rebuild, accept_log_loss=accept_log_loss)
-
-
-def _file_parts(root: Path, partitions: int | None, fsync: FsyncPolicy, *, rebuild: bool,
-                accept_log_loss: bool) -> tuple[Log, StateStore]:
-    def open_file(evidence: Evidence) -> FileLog:
-        return FileLog(root / "log", partitions, fsync=fsync, acknowledged=evidence)
-
-    def identity(flog: FileLog) -> dict[str, Any]:
-        return {"backend": "file", "partitions": flog.partitions}
-
-    return open_state(root / "state", open_file, identity, durable=fsync == "always", rebuild=rebuild,
-                      accept_log_loss=accept_log_loss)
-
-
 def _expected(batch: Batch, expected_last: Receipt | _Empty | None) -> str | None:
     """The event's precondition: None, "" (EMPTY) or the expected last append id."""
     if expected_last is None:
@@ -618,42 +591,6 @@ def _precondition(batch: Batch, expected: str, last: str) -> PreconditionFailed:
     return PreconditionFailed(
         f"append {str(batch.append_id)!r} to {str(batch.conversation_id)!r} refused: expected last append {wanted}, "
         f"found {last!r}; read the conversation again and retry with its latest receipt as expected_last")
-
-
-def _check_cursors(after: HistoryPosition | None, before: HistoryPosition | None) -> None:
-    for name, cursor in (("after", after), ("before", before)):
-        if cursor is not None and not isinstance(cursor, HistoryPosition):
-            raise InvalidWindow(f"invalid {name}: expected a HistoryPosition (e.g. HistoryPosition(3, 7)) or None, "
-                                f"got {type(cursor).__name__}")
-
-
-def _check_directory(path: str | Path | None) -> None:
-    """A data or state directory must be a directory or not exist yet (it is created): a file
-    there, or above it, would fail later with a bare ``NotADirectoryError`` after the log opened."""
-    if path is None:
-        return
-    for existing in (Path(path), *Path(path).parents):
-        if existing.exists():
-            if not existing.is_dir():
-                raise InvalidConfiguration(f"{existing} is a file, not a directory; give a directory for the "
-                                           "history (it is created if missing)")
-            return
-
-
-def _check_timeout(timeout: object) -> None:
-    """The one timeout rule of the facade: a finite int or float >= 0 (seconds), checked before
-    any I/O, so a bad value never writes an event it then cannot wait for."""
-    if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
-            or not math.isfinite(timeout) or timeout < 0):
-        raise InvalidConfiguration(f"timeout must be a finite number of seconds >= 0, got {timeout!r}; "
-                                   "pass e.g. timeout=30.0 (0 means: do not wait)")
-
-
-def _check_budget(max_bytes: int, unit: str) -> None:
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
-        raise InvalidWindow(f"invalid max_bytes: expected an int, got {type(max_bytes).__name__}")
-    if unit not in ("turn", "message"):
-        raise InvalidWindow(f"invalid unit {unit!r}: expected 'turn' or 'message'")
 
 
 def _closed(c: str) -> ConversationClosed:

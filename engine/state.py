@@ -36,13 +36,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from engine.log.base import Log
+from engine.log.file import FileLog, FsyncPolicy
 from projections import keys
 from projections.runtime import CORE, checkpoints, scratch_prefix
 from projections.store import DamagedState, StateStore
 from schemas.errors import CorruptLog, InvalidConfiguration
 from schemas.positions import LogPosition
 
-__all__ = ["STATE_FORMAT", "Evidence", "lost_appends", "open_state", "read_evidence"]
+__all__ = ["STATE_FORMAT", "Evidence", "lost_appends", "open_file_parts", "open_kafka_parts", "open_state",
+           "read_evidence"]
 
 log = logging.getLogger("histlog.engine")
 
@@ -90,6 +92,34 @@ def open_state(state_dir: Path, open_log: Callable[[Evidence], L],
         log_.close()
         raise
     return log_, store
+
+
+def open_kafka_parts(bootstrap: str, topic: str, state_dir: Path, partitions: int | None, replication_factor: int, *,
+                      rebuild: bool, accept_log_loss: bool) -> tuple[Log, StateStore]:
+    """The Kafka log and its state (``open_state``); the topic is created or checked."""
+    from engine.log.kafka import KafkaLog
+
+    def open_kafka(_evidence: Evidence) -> KafkaLog:  # Kafka keeps no tail to cut: no evidence
+        return KafkaLog(bootstrap, topic, partitions=partitions, replication_factor=replication_factor)
+
+    def identity(klog: KafkaLog) -> dict[str, Any]:
+        # The topic id tells a recreated topic (offsets restart at 0) from the one the state was built from.
+        return {"backend": "kafka", "topic": topic, "topic_id": klog.topic_id, "partitions": klog.partitions}
+
+    return open_state(state_dir, open_kafka, identity, durable=True, rebuild=rebuild, accept_log_loss=accept_log_loss)
+
+
+def open_file_parts(root: Path, partitions: int | None, fsync: FsyncPolicy, *, rebuild: bool,
+                    accept_log_loss: bool) -> tuple[Log, StateStore]:
+    """The embedded file log under ``root/log`` and its state under ``root/state``."""
+    def open_file(evidence: Evidence) -> FileLog:
+        return FileLog(root / "log", partitions, fsync=fsync, acknowledged=evidence)
+
+    def identity(flog: FileLog) -> dict[str, Any]:
+        return {"backend": "file", "partitions": flog.partitions}
+
+    return open_state(root / "state", open_file, identity, durable=fsync == "always", rebuild=rebuild,
+                      accept_log_loss=accept_log_loss)
 
 
 def lost_appends(store: StateStore, ends: list[int]) -> list[tuple[str, str, LogPosition]]:

@@ -1,0 +1,48 @@
+"""The facade's argument rules, checked before any I/O: one function per kind of argument, so
+the sync engine (and later faces over it) refuse bad input with the same typed error."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from schemas.errors import InvalidConfiguration, InvalidWindow
+from schemas.positions import HistoryPosition
+
+__all__ = ["check_budget", "check_cursors", "check_directory", "check_timeout"]
+
+
+def check_cursors(after: HistoryPosition | None, before: HistoryPosition | None) -> None:
+    for name, cursor in (("after", after), ("before", before)):
+        if cursor is not None and not isinstance(cursor, HistoryPosition):
+            raise InvalidWindow(f"invalid {name}: expected a HistoryPosition (e.g. HistoryPosition(3, 7)) or None, "
+                                f"got {type(cursor).__name__}")
+
+
+def check_directory(path: str | Path | None) -> None:
+    """A data or state directory must be a directory or not exist yet (it is created): a file
+    there, or above it, would fail later with a bare ``NotADirectoryError`` after the log opened."""
+    if path is None:
+        return
+    for existing in (Path(path), *Path(path).parents):
+        if existing.exists():
+            if not existing.is_dir():
+                raise InvalidConfiguration(f"{existing} is a file, not a directory; give a directory for the "
+                                           "history (it is created if missing)")
+            return
+
+
+def check_timeout(timeout: object) -> None:
+    """The one timeout rule of the facade: a finite int or float >= 0 (seconds), checked before
+    any I/O, so a bad value never writes an event it then cannot wait for."""
+    if (isinstance(timeout, bool) or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout) or timeout < 0):
+        raise InvalidConfiguration(f"timeout must be a finite number of seconds >= 0, got {timeout!r}; "
+                                   "pass e.g. timeout=30.0 (0 means: do not wait)")
+
+
+def check_budget(max_bytes: int, unit: str) -> None:
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+        raise InvalidWindow(f"invalid max_bytes: expected an int, got {type(max_bytes).__name__}")
+    if unit not in ("turn", "message"):
+        raise InvalidWindow(f"invalid unit {unit!r}: expected 'turn' or 'message'")
