@@ -2,11 +2,16 @@
 thread keeps regenerating the answer of conversation ``turns`` (``replace_turn``, reason retry).
 
 Usage: python -m tests.reliability.crash_writer DATA_DIR ROUND. The parent kills it with
-SIGKILL at a random moment; every receipt printed must survive.
+SIGKILL at a random moment; every receipt printed must survive. Stdout is the receipt channel:
+"ready", then one line per receipt, "SEQ RECEIPT_JSON" (SEQ = 0, 1, 2...), each written with a
+single atomic pipe write.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+import select
 import sys
 import threading
 
@@ -25,6 +30,7 @@ def batch(round_: str, t: int, i: int) -> Batch:
 def main() -> None:
     data, round_ = sys.argv[1], sys.argv[2]
     lock = threading.Lock()
+    seq = itertools.count()
     with HistoryEngine.open(data) as engine:
         print("ready", flush=True)
 
@@ -39,9 +45,15 @@ def main() -> None:
                 i += 1
 
         def print_receipt(r: Receipt) -> None:
+            # "SEQ RECEIPT_JSON\n": SEQ counts lines from 0, so the parent can prove it read every
+            # line printed. One write(2) of at most PIPE_BUF bytes to a pipe is atomic (POSIX):
+            # a kill -9 lands before or after it, so the parent sees whole lines only.
             with lock:
-                sys.stdout.write(r.to_json().decode() + "\n")
-                sys.stdout.flush()
+                line = b"%d %s\n" % (next(seq), r.to_json())
+                written = os.write(1, line) if len(line) <= select.PIPE_BUF else 0
+            if written != len(line):  # die loudly: the parent sees "the writer died on its own"
+                sys.stderr.write(f"crash_writer: {len(line)}-byte receipt line, {written} written\n")
+                os._exit(3)
 
         def retries() -> None:
             i = 0

@@ -11,38 +11,62 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from engine import HistoryEngine
-from schemas import Receipt
+from schemas import InvalidReceipt, Receipt
 from tests.conformance.facade_contract import snapshot
 from tests.reliability.crash_writer import TURNS
+from tests.reliability.pipe_lines import PipeLines
 
 ROUNDS = int(os.environ.get("HISTLOG_CRASH_ROUNDS", "20"))
 REPO = Path(__file__).resolve().parents[2]
+WAIT_S = 60.0  # bound on each wait for the writer (start and print, die, drain)
+
+
+def parse(lines: list[bytes]) -> list[Receipt]:
+    """The writer's lines ``SEQ RECEIPT_JSON`` as receipts. SEQ must run 0, 1, 2... with no gap,
+    so not one printed receipt was lost on the way; any other line is a failure naming it."""
+    out = []
+    for n, line in enumerate(lines):
+        seq, _, body = line.partition(b" ")
+        assert seq == b"%d" % n, f"line {n} of the writer's output is {line!r}: a line lost or foreign"
+        try:
+            out.append(Receipt.from_json(body))
+        except InvalidReceipt as exc:
+            raise AssertionError(f"the writer printed {line!r}, which is not a receipt: {exc}") from None
+    return out
 
 
 def run_and_kill(data: Path, round_: int, rng: random.Random) -> list[Receipt]:
+    """Start a writer, read ``want`` receipts, kill -9 it, then read every receipt it printed
+    before it died. Every line must be a whole receipt: the writer prints each with one atomic
+    pipe write (see crash_writer), so a kill cannot cut one and a partial line is an error too."""
     proc = subprocess.Popen([sys.executable, "-m", "tests.reliability.crash_writer", str(data), str(round_)],
-                            cwd=REPO, stdout=subprocess.PIPE, text=True)
+                            cwd=REPO, stdout=subprocess.PIPE, bufsize=0)
     assert proc.stdout is not None
+    # One reader for the whole stream (never readline() then communicate(): see pipe_lines).
+    out = PipeLines(proc.stdout.fileno())
     try:
-        assert proc.stdout.readline().strip() == "ready"
+        deadline = time.monotonic() + WAIT_S
+        assert out.line(deadline) == b"ready\n"
         want = rng.randrange(1, 400)
-        lines = []
+        lines: list[bytes] = []
         while len(lines) < want:
-            line = proc.stdout.readline()
-            assert line, "the writer died on its own"
+            line = out.line(deadline)
+            assert line is not None, "the writer died on its own"
             lines.append(line)
         proc.send_signal(signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=60)
+        assert proc.wait(timeout=WAIT_S) == -signal.SIGKILL
+        lines += out.rest(time.monotonic() + WAIT_S)  # the writer is gone: end of file is near
+        assert out.tail == b"", f"a receipt line cut by the kill: {out.tail!r}"
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait(timeout=60)
-    # Receipts printed before the kill landed are complete lines; a cut last line is ignored.
-    complete = [ln for ln in (lines + rest.splitlines(keepends=True)) if ln.endswith("\n")]
-    return [Receipt.from_json(ln) for ln in complete]
+            proc.wait(timeout=WAIT_S)
+        proc.stdout.close()
+    return parse(lines)
 
 
 def check_turns(engine: HistoryEngine) -> set[str]:
