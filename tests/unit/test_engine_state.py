@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine import HistoryEngine
-from schemas import HistoryError
+from projections.store import StateStore
+from schemas import HistoryError, InvalidConfiguration
 from tests.conformance.facade_contract import snapshot, turn
 
 
@@ -40,6 +41,9 @@ def test_a_state_built_from_another_log_is_refused(tmp_path: Path) -> None:
     shutil.copytree(tmp_path / "one" / "state", tmp_path / "four" / "state")
     with pytest.raises(HistoryError, match="another log"):
         HistoryEngine.open(tmp_path / "four")
+    StateStore(tmp_path / "four" / "state").close()  # released: not "lock hold by current process"
+    with pytest.raises(InvalidConfiguration, match="another log"):
+        HistoryEngine.open(tmp_path / "four")  # the same typed answer again, not a lock error
 
 
 def test_reopening_with_another_partition_count_is_refused(tmp_path: Path) -> None:
