@@ -120,7 +120,10 @@ def _one_line(text: str) -> str:
 
 def _error_line(exc: BaseException) -> str:
     if isinstance(exc, CorruptLog):
-        return (f"the log is damaged: {_one_line(str(exc))} "
+        text = _one_line(str(exc))
+        if "log verify" in text or "accept-log-loss" in text:  # it says what to do already
+            return f"the log is damaged: {text}"
+        return (f"the log is damaged: {text} "
                 "(run `histlog log verify` to see where; restore the damaged file from a backup)")
     if isinstance(exc, HistoryError | UsageError | Unsupported):
         return _one_line(str(exc)) or type(exc).__name__

@@ -172,7 +172,7 @@ class HistoryEngine:
             # A damage met while opening (a read of the evidence, the catch-up) left its marker:
             # the second attempt rebuilds the state from the log, as a damage found by RocksDB's own
             # open already does (engine/state.py).
-            log.warning("%s: rebuilding the state from the log", e)
+            log.warning("the state is damaged (%s): rebuilding it from the log", e.detail or e)
             return attempt()
 
     def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None) -> bool:

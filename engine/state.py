@@ -139,7 +139,7 @@ def _open_store(state_dir: Path) -> StateStore:
     try:
         store = StateStore(state_dir)
     except DamagedState as e:
-        log.warning("%s: rebuilding the state from the log", e)
+        log.warning("the state is damaged (%s): rebuilding it from the log", e.detail or e)
         StateStore.destroy(state_dir)
         store = StateStore(state_dir)
     try:

@@ -27,7 +27,7 @@ from projections import keys
 from projections.admission import Decision, Known, admit
 from projections.custom import Projection, ProjectionTx, check_name, keyspace
 from projections.events import ProjectedEvent
-from projections.store import StateStore, Tx
+from projections.store import DamagedState, StateStore, Tx
 from schemas.batch import Batch
 from schemas.errors import HistoryError, StateUnavailable
 from schemas.positions import LogPosition
@@ -327,6 +327,8 @@ class Projector:
         kind = type(self.failure) if isinstance(self.failure, StateUnavailable) else StateUnavailable  # DamagedState
         err = kind(f"the projector stopped because the state store failed ({self.failure}); "
                    "close and reopen the engine (a damaged state is rebuilt from the log)")
+        if isinstance(err, DamagedState) and isinstance(self.failure, DamagedState):
+            err.detail = self.failure.detail
         err.__cause__ = self.failure
         return err
 

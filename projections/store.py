@@ -45,7 +45,11 @@ _ENVIRONMENT = ("no space left", "file too large", "permission denied", "read-on
 class DamagedState(StateUnavailable):
     """The state's files are damaged or incomplete (``Corruption``, missing ``CURRENT`` or
     ``MANIFEST``, a truncated table file). It is derived from the log: reopening the engine
-    rebuilds it (``HistoryEngine.open`` does so by itself)."""
+    rebuilds it (``HistoryEngine.open`` does so by itself). ``detail`` is RocksDB's own words."""
+
+    def __init__(self, message: str, *, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 def _translate(e: Exception, path: Path, doing: str) -> StateUnavailable:
@@ -60,7 +64,7 @@ def _translate(e: Exception, path: Path, doing: str) -> StateUnavailable:
                                "permissions, then reopen the engine (the log is unaffected)")
     else:
         err = DamagedState(f"{doing} the state in {path} failed: it is damaged ({text}); reopen the engine "
-                           "and the state is rebuilt from the log (or run `histlog rebuild`)")
+                           "and the state is rebuilt from the log (or run `histlog rebuild`)", detail=text)
     err.__cause__ = e
     return err
 
@@ -90,9 +94,9 @@ class StateStore:
             raise InvalidConfiguration(f"the state directory {path} is a file; give a directory (it is created "
                                        "if missing)")
         if (path / DAMAGED_MARKER).exists():
-            raise DamagedState(f"the state in {path} was found damaged while it was last used "
-                               f"({(path / DAMAGED_MARKER).read_text(errors='replace').strip()}); "
-                               "reopen the engine and the state is rebuilt from the log")
+            found = (path / DAMAGED_MARKER).read_text(errors="replace").strip()
+            raise DamagedState(f"the state in {path} was found damaged while it was last used ({found}); "
+                               "reopen the engine and the state is rebuilt from the log", detail=found)
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
