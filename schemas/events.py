@@ -10,8 +10,8 @@ fingerprints, record key, partitioner, evolution, poison records).
 Promises:
 
 * ``decode_event(encode_event(e)) == e`` for every *valid* encodable event.
-* ``decode_event`` returns only valid events: every field is checked (``_valid_*``, the one home
-  of these rules; table in ``docs/events.md`` §5): ids are valid ``ConversationID`` /
+* ``decode_event`` returns only valid events: every field is checked (``schemas.event_rules``,
+  the one home of these rules; table in ``docs/events.md`` §5): ids are valid ``ConversationID`` /
   ``AppendID`` (returned as those types), ``digest`` is ``sha256:`` + 64 lowercase hex digits,
   ``message_count`` is 1..2**31-1, ``content_bytes`` 0..2**63-1, ``created_at_ms`` a
   representable time (``MIN_TIME_MS``..``MAX_TIME_MS``), ``expected_last`` null, ``""`` or an
@@ -40,7 +40,6 @@ assignment.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
@@ -50,10 +49,21 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from schemas.canonical import DIGEST_PATTERN, digest_of
+from schemas.canonical import digest_of
 from schemas.errors import CorruptLog, HistoryError, InvalidBatch
-from schemas.ids import AppendID, ConversationID
-from schemas.times import check_time_ms, time_problem
+from schemas.event_rules import (
+    INT_MAX,
+    INT_MIN,
+    LONG_MAX,
+    LONG_MIN,
+    REPLACE_REASONS,
+    InvalidField,
+    check_batch_record,
+    check_cleared_record,
+    check_replaced_record,
+    turn_id_problem,
+)
+from schemas.times import check_time_ms
 
 if TYPE_CHECKING:  # pragma: no cover
     from schemas.batch import Batch
@@ -88,13 +98,6 @@ HEADER_SIZE: Final = 10
 
 NAMESPACE: Final = "histlog.events"
 
-_INT_MIN: Final = -(1 << 31)
-_INT_MAX: Final = (1 << 31) - 1
-_LONG_MIN: Final = -(1 << 63)
-_LONG_MAX: Final = (1 << 63) - 1
-
-REPLACE_REASONS: Final = ("edit", "retry")
-"""The reasons a ``TurnReplaced`` may give (their order is the state's reason code)."""
 
 @dataclass(frozen=True, slots=True)
 class BatchAppended:
@@ -164,7 +167,7 @@ class TurnReplaced:
         ``InvalidBatch`` when ``old_turn_id`` is not a turn id (``HistoryTurn.id``): such an
         event would be poison. ``reason`` is the caller's to check (the engine does), so tests
         can still build a poison replacement on purpose."""
-        if not isinstance(old_turn_id, str) or _turn_id_problem(old_turn_id):
+        if not isinstance(old_turn_id, str) or turn_id_problem(old_turn_id):
             raise InvalidBatch(f"invalid old_turn_id {old_turn_id!r}: expected a turn id (HistoryTurn.id, "
                                "e.g. 'a-2/0'); read latest_turn() for the id of the latest visible turn")
         return cls(batch.conversation_id, batch.append_id, batch.digest, batch.canonical_json(), len(batch),
@@ -206,80 +209,18 @@ class _Writer:
     build: Callable[[dict[str, Any]], Event]
 
 
-class _Invalid(ValueError):
-    """A decoded field breaks its rule: ``field`` and why (becomes ``CorruptLog``)."""
-
-    def __init__(self, field: str, why: str) -> None:
-        super().__init__(f"{field}: {why}")
-        self.field = field
-
-
-_TURN_INDEX: Final = re.compile(r"0|[1-9][0-9]{0,9}")
-
-
-def _turn_id_problem(value: str) -> str:
-    """Why ``value`` is not a turn id, ``append-id/index`` ("" when it is)."""
-    append_id, slash, index = value.rpartition("/")
-    if not slash or _TURN_INDEX.fullmatch(index) is None:
-        return f"{value[:80]!r} is not a turn id (append-id/index, e.g. 'a-2/0')"
-    try:
-        AppendID(append_id)
-    except HistoryError as e:
-        return f"{value[:80]!r} is not a turn id: {e}"
-    return ""
-
-
-def _valid_id(rec: dict[str, Any], field: str, kind: type[ConversationID] | type[AppendID]) -> None:
-    try:
-        rec[field] = kind(rec[field])
-    except HistoryError as e:
-        raise _Invalid(field, str(e)) from None
-
-
-def _valid_int(rec: dict[str, Any], field: str, lo: int, hi: int) -> None:
-    if not lo <= rec[field] <= hi:
-        raise _Invalid(field, f"{rec[field]} is outside {lo}..{hi}")
-
-
-def _valid_common(rec: dict[str, Any]) -> None:
-    """The rules of the fields every event has (``conversation_id``, ``created_at_ms``)."""
-    _valid_id(rec, "conversation_id", ConversationID)
-    problem = time_problem(rec["created_at_ms"])
-    if problem:
-        raise _Invalid("created_at_ms", problem)
-
-
-def _valid_batch_fields(rec: dict[str, Any]) -> None:
-    """The rules of the fields ``BatchAppended`` and ``TurnReplaced`` share; ``messages`` itself
-    is checked by ``event_batch``."""
-    _valid_common(rec)
-    _valid_id(rec, "append_id", AppendID)
-    if DIGEST_PATTERN.fullmatch(rec["digest"]) is None:
-        raise _Invalid("digest", f"{rec['digest'][:80]!r} is not 'sha256:' + 64 lowercase hex digits")
-    _valid_int(rec, "message_count", 1, _INT_MAX)
-    _valid_int(rec, "content_bytes", 0, _LONG_MAX)
-
-
 def _build_batch(rec: dict[str, Any]) -> Event:
-    _valid_batch_fields(rec)
-    if rec["expected_last"]:  # None (no precondition) and "" (no append yet) need no check
-        _valid_id(rec, "expected_last", AppendID)
+    check_batch_record(rec)
     return BatchAppended(**rec)
 
 
 def _build_cleared(rec: dict[str, Any]) -> Event:
-    _valid_common(rec)
+    check_cleared_record(rec)
     return ConversationCleared(**rec)
 
 
 def _build_replaced(rec: dict[str, Any]) -> Event:
-    _valid_batch_fields(rec)
-    problem = _turn_id_problem(rec["old_turn_id"])
-    if problem:
-        raise _Invalid("old_turn_id", problem)
-    if rec["reason"] not in REPLACE_REASONS:
-        raise _Invalid("reason", f"turn replacement reason {rec['reason'][:80]!r} is not one of "
-                                 f"{', '.join(REPLACE_REASONS)}")
+    check_replaced_record(rec)
     return TurnReplaced(**rec)
 
 
@@ -425,9 +366,9 @@ def encode_event(event: Event) -> bytes:
         _check_str(event.digest, "digest")
         if type(event.messages) is not bytes:
             raise TypeError(f"messages must be bytes, not {type(event.messages).__name__}")
-        _check_int(event.message_count, "message_count", _INT_MIN, _INT_MAX)
-        _check_int(event.content_bytes, "content_bytes", _LONG_MIN, _LONG_MAX)
-        _check_int(event.created_at_ms, "created_at_ms", _LONG_MIN, _LONG_MAX)
+        _check_int(event.message_count, "message_count", INT_MIN, INT_MAX)
+        _check_int(event.content_bytes, "content_bytes", LONG_MIN, LONG_MAX)
+        _check_int(event.created_at_ms, "created_at_ms", LONG_MIN, LONG_MAX)
         check_time_ms(event.created_at_ms)
         record: dict[str, Any] = {
             "conversation_id": event.conversation_id,
@@ -452,7 +393,7 @@ def encode_event(event: Event) -> bytes:
     elif cls is ConversationCleared:
         assert isinstance(event, ConversationCleared)  # Invariant: narrowed by the exact type check above.
         _check_str(event.conversation_id, "conversation_id")
-        _check_int(event.created_at_ms, "created_at_ms", _LONG_MIN, _LONG_MAX)
+        _check_int(event.created_at_ms, "created_at_ms", LONG_MIN, LONG_MAX)
         check_time_ms(event.created_at_ms)
         record = {"conversation_id": event.conversation_id, "created_at_ms": event.created_at_ms}
         prefix, schema = _PREFIX_CLEARED, _SCHEMA_CLEARED
@@ -496,7 +437,7 @@ def decode_event(data: bytes) -> Event:
         return writer.build(record)  # type: ignore[arg-type]
     except CorruptLog:
         raise
-    except _Invalid as exc:
+    except InvalidField as exc:
         raise _corrupt(f"invalid {exc}"[:300], f"as {writer.name}") from None
     except Exception as exc:  # fastavro, EOF, struct, unicode and resolution errors alike
         raise _corrupt(f"undecodable body: {type(exc).__name__}: {exc}"[:200], f"as {writer.name}") from exc

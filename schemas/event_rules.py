@@ -1,0 +1,114 @@
+"""The field rules of decoded event records: what ``decode_event`` checks before it returns an
+event, so that nothing a producer can put on the log reaches admission invalid (the table is in
+``docs/events.md`` §5). Each ``check_*_record`` takes the record dict fastavro decoded, raises
+``InvalidField`` naming the field, and replaces the ids by their ``ConversationID`` /
+``AppendID`` values. The time range is defined in ``schemas/times.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Final
+
+from schemas.canonical import DIGEST_PATTERN
+from schemas.errors import HistoryError
+from schemas.ids import AppendID, ConversationID
+from schemas.times import time_problem
+
+__all__ = [
+    "INT_MAX",
+    "INT_MIN",
+    "LONG_MAX",
+    "LONG_MIN",
+    "REPLACE_REASONS",
+    "InvalidField",
+    "check_batch_record",
+    "check_cleared_record",
+    "check_replaced_record",
+    "turn_id_problem",
+]
+
+INT_MIN: Final = -(1 << 31)
+INT_MAX: Final = (1 << 31) - 1
+LONG_MIN: Final = -(1 << 63)
+LONG_MAX: Final = (1 << 63) - 1
+
+REPLACE_REASONS: Final = ("edit", "retry")
+"""The reasons a ``TurnReplaced`` may give (their order is the state's reason code)."""
+
+
+class InvalidField(ValueError):
+    """A decoded field breaks its rule: ``field`` and why (becomes ``CorruptLog``)."""
+
+    def __init__(self, field: str, why: str) -> None:
+        super().__init__(f"{field}: {why}")
+        self.field = field
+
+
+_TURN_INDEX: Final = re.compile(r"0|[1-9][0-9]{0,9}")
+
+
+def turn_id_problem(value: str) -> str:
+    """Why ``value`` is not a turn id, ``append-id/index`` ("" when it is)."""
+    append_id, slash, index = value.rpartition("/")
+    if not slash or _TURN_INDEX.fullmatch(index) is None:
+        return f"{value[:80]!r} is not a turn id (append-id/index, e.g. 'a-2/0')"
+    try:
+        AppendID(append_id)
+    except HistoryError as e:
+        return f"{value[:80]!r} is not a turn id: {e}"
+    return ""
+
+
+def _valid_id(rec: dict[str, Any], field: str, kind: type[ConversationID] | type[AppendID]) -> None:
+    try:
+        rec[field] = kind(rec[field])
+    except HistoryError as e:
+        raise InvalidField(field, str(e)) from None
+
+
+def _valid_int(rec: dict[str, Any], field: str, lo: int, hi: int) -> None:
+    if not lo <= rec[field] <= hi:
+        raise InvalidField(field, f"{rec[field]} is outside {lo}..{hi}")
+
+
+def _valid_common(rec: dict[str, Any]) -> None:
+    """The rules of the fields every event has (``conversation_id``, ``created_at_ms``)."""
+    _valid_id(rec, "conversation_id", ConversationID)
+    problem = time_problem(rec["created_at_ms"])
+    if problem:
+        raise InvalidField("created_at_ms", problem)
+
+
+def _valid_batch_fields(rec: dict[str, Any]) -> None:
+    """The rules of the fields ``BatchAppended`` and ``TurnReplaced`` share; ``messages`` itself
+    is checked by ``event_batch``."""
+    _valid_common(rec)
+    _valid_id(rec, "append_id", AppendID)
+    if DIGEST_PATTERN.fullmatch(rec["digest"]) is None:
+        raise InvalidField("digest", f"{rec['digest'][:80]!r} is not 'sha256:' + 64 lowercase hex digits")
+    _valid_int(rec, "message_count", 1, INT_MAX)
+    _valid_int(rec, "content_bytes", 0, LONG_MAX)
+
+
+def check_batch_record(rec: dict[str, Any]) -> None:
+    """A ``BatchAppended`` record's fields (``messages`` is checked by ``event_batch``)."""
+    _valid_batch_fields(rec)
+    if rec["expected_last"]:  # None (no precondition) and "" (no append yet) need no check
+        _valid_id(rec, "expected_last", AppendID)
+
+
+def check_cleared_record(rec: dict[str, Any]) -> None:
+    """A ``ConversationCleared`` record's fields."""
+    _valid_common(rec)
+
+
+def check_replaced_record(rec: dict[str, Any]) -> None:
+    """A ``TurnReplaced`` record's fields."""
+    _valid_batch_fields(rec)
+    problem = turn_id_problem(rec["old_turn_id"])
+    if problem:
+        raise InvalidField("old_turn_id", problem)
+    if rec["reason"] not in REPLACE_REASONS:
+        raise InvalidField("reason", f"turn replacement reason {rec['reason'][:80]!r} is not one of "
+                                     f"{', '.join(REPLACE_REASONS)}")
