@@ -6,10 +6,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from schemas.errors import InvalidConfiguration, InvalidWindow
+from schemas.batch import Batch, Receipt
+from schemas.errors import InvalidConfiguration, InvalidReceipt, InvalidWindow
 from schemas.positions import HistoryPosition
 
-__all__ = ["check_budget", "check_cursors", "check_directory", "check_timeout"]
+__all__ = ["EMPTY", "Empty", "check_budget", "check_cursors", "check_directory", "check_timeout", "expected_of"]
 
 
 def check_cursors(after: HistoryPosition | None, before: HistoryPosition | None) -> None:
@@ -46,3 +47,39 @@ def check_budget(max_bytes: int, unit: str) -> None:
         raise InvalidWindow(f"invalid max_bytes: expected an int, got {type(max_bytes).__name__}")
     if unit not in ("turn", "message"):
         raise InvalidWindow(f"invalid unit {unit!r}: expected 'turn' or 'message'")
+
+
+class Empty:
+    """``EMPTY``: as ``append(..., expected_last=EMPTY)``, the conversation must have no accepted append."""
+
+    _instance: Empty | None = None
+
+    def __new__(cls) -> Empty:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "EMPTY"
+
+    def __reduce__(self) -> str:
+        return "EMPTY"
+
+
+EMPTY = Empty()
+"""``append(batch, expected_last=EMPTY)``: accept only if the conversation has no accepted append yet."""
+
+
+def expected_of(batch: Batch, expected_last: Receipt | Empty | None) -> str | None:
+    """The event's precondition: None, "" (EMPTY) or the expected last append id."""
+    if expected_last is None:
+        return None
+    if expected_last is EMPTY:
+        return ""
+    if not isinstance(expected_last, Receipt):
+        raise InvalidReceipt("invalid expected_last: expected a Receipt, EMPTY or None, "
+                             f"got {type(expected_last).__name__}")
+    if expected_last.conversation_id != batch.conversation_id:
+        raise InvalidReceipt("invalid expected_last: the receipt is for conversation "
+                             f"{str(expected_last.conversation_id)!r}, not {str(batch.conversation_id)!r}")
+    return str(expected_last.append_id)

@@ -1,4 +1,7 @@
 """``HistoryEngine``: the public facade over a log and the projector (DESIGN.md §1, §4).
+Long (≈540 lines) because it is the documented public surface: one method per row of the API
+contract, each with the docstring that states its promise; argument rules, refusals and the
+opening of the log and state live in ``engine.arguments``, ``engine.refusals``, ``engine.state``.
 
 Write path of ``append``: validate (before any I/O) → fast path from local state (a known
 receipt or a closure answers without touching the log) → append the event to the log → wait
@@ -15,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.arguments import check_budget, check_cursors, check_directory, check_timeout
+from engine.arguments import EMPTY, Empty, check_budget, check_cursors, check_directory, check_timeout, expected_of
 from engine.log.base import Log, record_key
 from engine.log.file import FsyncPolicy
+from engine.refusals import closed, conflict, not_replaceable, precondition_failed, refusal
 from engine.state import open_file_parts, open_kafka_parts
 from projections.admission import Decision, Outcome
 from projections.custom import Projection, ProjectionView
@@ -26,20 +30,15 @@ from projections.runtime import Projector
 from projections.store import DamagedState, StateStore
 from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
 from schemas.errors import (
-    AppendConflict,
     CommitUnconfirmed,
-    ConversationClosed,
     CorruptLog,
     HistoryError,
     InvalidBatch,
     InvalidConfiguration,
-    InvalidReceipt,
     InvalidWindow,
     LogUnavailable,
     NotFound,
-    PreconditionFailed,
     StateUnavailable,
-    TurnNotReplaceable,
 )
 from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event
 from schemas.ids import ConversationID
@@ -49,31 +48,12 @@ from schemas.times import now_ms
 
 __all__ = ["EMPTY", "EngineStats", "HistoryEngine", "Progress"]
 
+_Empty = Empty  # the name older code imported
+
 log = logging.getLogger("histlog.engine")
 
 Progress = Callable[[int, int], None]
 """Called with ``(applied, total)`` records while the state catches up with the log."""
-
-
-class _Empty:
-    """``EMPTY``: as ``append(..., expected_last=EMPTY)``, the conversation must have no accepted append."""
-
-    _instance: _Empty | None = None
-
-    def __new__(cls) -> _Empty:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self) -> str:
-        return "EMPTY"
-
-    def __reduce__(self) -> str:
-        return "EMPTY"
-
-
-EMPTY = _Empty()
-"""``append(batch, expected_last=EMPTY)``: accept only if the conversation has no accepted append yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +180,7 @@ class HistoryEngine:
     # -- writes --------------------------------------------------------------------------------
     EMPTY = EMPTY
 
-    def append(self, batch: Batch, timeout: float = 30.0, *, expected_last: Receipt | _Empty | None = None) -> Receipt:
+    def append(self, batch: Batch, timeout: float = 30.0, *, expected_last: Receipt | Empty | None = None) -> Receipt:
         """Append a batch atomically and idempotently; see API.md for every outcome.
 
         ``expected_last``: a ``Receipt`` (the conversation's last accepted append must be that
@@ -217,7 +197,7 @@ class HistoryEngine:
         check_timeout(timeout)
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
-        expected = _expected(batch, expected_last)
+        expected = expected_of(batch, expected_last)
         self._check_open()
         fast = self._fast_path(batch)
         if fast is not None:
@@ -263,9 +243,7 @@ class HistoryEngine:
             return
         append_id, _, _ = old_turn_id.rpartition("/")
         if append_id and self._reads.receipt(c, append_id) is not None:
-            raise TurnNotReplaceable(
-                f"replacement {str(batch.append_id)!r} of {str(c)!r} refused: turn {old_turn_id!r} is not the latest "
-                f"visible turn ({latest!r} is); read latest_turn() and decide again")
+            raise not_replaceable(batch, f"turn {old_turn_id!r} is not the latest visible turn ({latest!r} is)")
 
     def _write(self, batch: Batch, event: BatchAppended | TurnReplaced, timeout: float) -> Receipt:
         deadline = time.monotonic() + timeout
@@ -289,7 +267,7 @@ class HistoryEngine:
         if row is None or row.last_append == expected:
             return
         if expected == "" or self._reads.receipt(batch.conversation_id, expected) is not None:
-            raise _precondition(batch, expected, row.last_append)
+            raise precondition_failed(batch, expected, row.last_append)
 
     def _fast_path(self, batch: Batch) -> Receipt | None:
         c, a = batch.conversation_id, batch.append_id
@@ -297,12 +275,12 @@ class HistoryEngine:
         if row is None:
             return None
         if row.closed:
-            raise _closed(c)
+            raise closed(c)
         prior = self._reads.receipt(c, a)
         if prior is None:
             return None
         if prior.digest != batch.digest:
-            raise _conflict(batch, prior.digest)
+            raise conflict(batch, prior.digest)
         return Receipt(c, a, prior.digest, LogPosition(prior.partition, prior.offset))
 
     def _decided(self, position: LogPosition, deadline: float, what: str, then: str) -> Decision | None:
@@ -327,18 +305,9 @@ class HistoryEngine:
         outcome = decision.outcome
         if outcome in (Outcome.ACCEPTED, Outcome.DUPLICATE) and decision.receipt_position is not None:
             return decision.receipt(batch.conversation_id, batch.append_id)
-        if outcome is Outcome.CONFLICT:
-            raise _conflict(batch, decision.digest)
-        if outcome is Outcome.REJECTED_CLOSED:
-            raise _closed(batch.conversation_id)
-        if outcome is Outcome.PRECONDITION_FAILED:
-            raise PreconditionFailed(
-                f"append {str(batch.append_id)!r} to {str(batch.conversation_id)!r} refused: {decision.reason}; "
-                "read the conversation again and retry with its latest receipt as expected_last")
-        if outcome is Outcome.NOT_REPLACEABLE:
-            raise TurnNotReplaceable(
-                f"replacement {str(batch.append_id)!r} of {str(batch.conversation_id)!r} refused: {decision.reason}; "
-                "read latest_turn() and decide again")
+        refused = refusal(batch, decision)
+        if refused is not None:
+            raise refused
         # Our own event was judged poison, or its decision was forgotten: derive it from state.
         retry = self._fast_path(batch)
         if retry is not None:
@@ -569,40 +538,3 @@ class HistoryEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _expected(batch: Batch, expected_last: Receipt | _Empty | None) -> str | None:
-    """The event's precondition: None, "" (EMPTY) or the expected last append id."""
-    if expected_last is None:
-        return None
-    if expected_last is EMPTY:
-        return ""
-    if not isinstance(expected_last, Receipt):
-        raise InvalidReceipt("invalid expected_last: expected a Receipt, EMPTY or None, "
-                             f"got {type(expected_last).__name__}")
-    if expected_last.conversation_id != batch.conversation_id:
-        raise InvalidReceipt("invalid expected_last: the receipt is for conversation "
-                             f"{str(expected_last.conversation_id)!r}, not {str(batch.conversation_id)!r}")
-    return str(expected_last.append_id)
-
-
-def _precondition(batch: Batch, expected: str, last: str) -> PreconditionFailed:
-    wanted = repr(expected) if expected else "no append yet"
-    return PreconditionFailed(
-        f"append {str(batch.append_id)!r} to {str(batch.conversation_id)!r} refused: expected last append {wanted}, "
-        f"found {last!r}; read the conversation again and retry with its latest receipt as expected_last")
-
-
-def _closed(c: str) -> ConversationClosed:
-    return ConversationClosed(
-        f"conversation {str(c)!r} is closed forever (it was cleared); start a new conversation id",
-        conversation_id=c)
-
-
-def _conflict(batch: Batch, existing: str) -> AppendConflict:
-    return AppendConflict(
-        f"append id {str(batch.append_id)!r} of conversation {str(batch.conversation_id)!r} already names "
-        f"different content ({existing}, this batch is {batch.digest}); to retry, resend the original "
-        "batch; for new content use a new append id",
-        conversation_id=batch.conversation_id, append_id=batch.append_id,
-        existing_digest=existing, digest=batch.digest)
