@@ -1,5 +1,7 @@
 """Provider adapters: pure conversions between histlog messages and the message dicts of the
-OpenAI Chat Completions API and the Anthropic Messages API. No SDK is imported; the dicts are
+OpenAI Chat Completions API and the Anthropic Messages API (long, ≈760 lines, because it holds
+both providers in both directions with their error messages; one module per provider is the
+natural split). No SDK is imported; the dicts are
 the JSON payloads (what ``json.loads`` of a request or response body gives, or an SDK's
 ``model_dump()``).
 

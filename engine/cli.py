@@ -1,4 +1,6 @@
-"""``histlog``: the command-line face of ``HistoryEngine`` (docs/cli.md).
+"""``histlog``: the command-line face of ``HistoryEngine`` (docs/cli.md). Long (≈1,100 lines):
+every command's parser, help text and output format is here, pending its split into a package
+``engine/cli/`` (parser and exit codes, target resolution, rendering, one module per command group).
 
 Each command resolves where the history lives (``--data`` or ``--kafka/--topic/--state``,
 flags over ``HISTLOG_*`` environment variables), opens the engine, calls one library method

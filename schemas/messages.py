@@ -1,4 +1,7 @@
 """Messages and their parts: the validated, deeply immutable data model of a conversation.
+Long (≈800 lines) because each model states its fields, its positional constructor and its
+canonical tree; deriving the canonical tree from the declared fields, and moving the parts to
+their own module, is the planned split.
 
 Every model here is a frozen pydantic v2 model with ``extra="forbid"``, constructible
 positionally (``TextPart("hi")``, ``Message("user", [TextPart("hi")])``). Promises:

@@ -1,4 +1,7 @@
-"""``FileLog``: the embedded, durable, group-committed log in a directory.
+"""``FileLog``: the embedded, durable, group-committed log in a directory. Long (≈550 lines)
+because group commit, visibility, fail-stop and reads share one lock and one set of offsets:
+split, one invariant would span modules. Creation and recovery policy are in ``layout.py`` and
+``recovery.py``, the frame format in ``format.py`` and ``segment.py``.
 
 Layout (names from ``engine.log.format``; the spec is ``docs/log-format.md``)::
 
