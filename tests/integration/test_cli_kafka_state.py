@@ -13,6 +13,7 @@ import pytest
 from engine.facade import HistoryEngine
 from schemas.batch import Batch
 from schemas.messages import Message
+from tests.unit.test_cli_input import _one_error_line
 
 pytestmark = pytest.mark.kafka
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,14 +25,6 @@ def _histlog(bootstrap: str, topic: str, state: Path, *args: str) -> subprocess.
     return subprocess.run([sys.executable, "-m", "engine", "--kafka", bootstrap, "--topic", topic,
                            "--state", str(state), *args], capture_output=True, text=True, env=env, cwd=ROOT,
                           timeout=120, check=False)
-
-
-def _one_error_line(err: str) -> str:
-    lines = err.strip().splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("histlog: error: "), err
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def test_a_kafka_state_held_by_another_process_exits_4(kafka_bootstrap: str, kafka_topic: str,
