@@ -1,7 +1,8 @@
 """``FileLog``: the embedded, durable, group-committed log in a directory. Long (≈550 lines)
 because group commit, visibility, fail-stop and reads share one lock and one set of offsets:
 split, one invariant would span modules. Creation and recovery policy are in ``layout.py`` and
-``recovery.py``, the frame format in ``format.py`` and ``segment.py``.
+``recovery.py``, ``meta.json`` in ``meta.py``, the waiting cursor in ``cursor.py``, the frame
+format in ``format.py`` and ``segment.py``.
 
 Layout (names from ``engine.log.format``; the spec is ``docs/log-format.md``)::
 
@@ -62,13 +63,14 @@ from pathlib import Path
 from typing import Literal
 
 from engine.log import format as fmt
-from engine.log import layout
-from engine.log.base import Headers, Log, LogCursor, Record, partition_for_key
-from engine.log.memory import ConditionCursor
+from engine.log import layout, meta
+from engine.log.base import Headers, Log, LogCursor, Record
+from engine.log.cursor import ConditionCursor
 from engine.log.recovery import NO_LOG, LostRecords, Plan, Recovery, RecoveryCut, Segment
 from engine.log.segment import Damage, SegmentWriter, fsync_dir, scan, truncate_file
 from schemas.errors import CorruptLog, InvalidConfiguration, LogUnavailable
 from schemas.positions import LogPosition
+from schemas.records import partition_for_key
 
 __all__ = ["FileLog", "FileLogStats", "FsyncPolicy", "LostRecords", "RecoveryCut"]
 
@@ -107,14 +109,6 @@ class _Pending:
     frame: bytes
 
 
-def _stored_partitions(path: Path) -> int | None:
-    """The partition count recorded in an existing log's meta file (None when absent/unreadable)."""
-    try:
-        return layout.read_partitions(path)
-    except (OSError, ValueError):
-        return None
-
-
 def _evidence(acknowledged: Sequence[int] | None) -> list[int] | None:
     if acknowledged is None:
         return None
@@ -148,7 +142,7 @@ class FileLog(Log):
         deferred = acknowledged if callable(acknowledged) else None
         evidence = None if callable(acknowledged) else _evidence(acknowledged)
         if partitions is None:
-            partitions = _stored_partitions(Path(path)) or (len(evidence) if evidence else 1)
+            partitions = meta.stored_partitions(Path(path)) or (len(evidence) if evidence else 1)
         if evidence is not None and len(evidence) != partitions:
             raise InvalidConfiguration(
                 f"acknowledged has {len(evidence)} offsets but the log has {partitions} partitions; pass "
