@@ -114,5 +114,5 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_or
 
 def clear(tx: Tx, conv: bytes) -> None:
     """Drop every row and receipt of the conversation (the caller records the closure)."""
-    for prefix in (b"M", b"N", b"A", b"S", b"T", b"H", b"R"):
-        tx.delete_range(*keys.conv_range(prefix, conv))
+    for lower, upper in keys.conversation_ranges(conv):
+        tx.delete_range(lower, upper)

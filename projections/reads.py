@@ -86,8 +86,7 @@ def _message_head(value: bytes) -> tuple[int, int]:
     return turn, size
 
 
-def _ord_of(key: bytes) -> int:
-    return keys.read_u64(key, len(key) - 8)
+_ord_of = keys.read_key_u64
 
 
 class Reads:
@@ -107,16 +106,16 @@ class Reads:
     def poison(self) -> list[tuple[LogPosition, str]]:
         """Quarantined poison records in position order."""
         out = []
-        for k, v in self.store.iterator().scan(b"Q", b"R"):
-            out.append((LogPosition(int.from_bytes(k[1:5], "big"), keys.read_u64(k, 5)), v.decode("utf-8")))
+        for k, v in self.store.iterator().scan(*keys.poison_range()):
+            out.append((LogPosition(*keys.read_poison_key(k)), v.decode("utf-8")))
         return out
 
     def conversations(self) -> list[ConversationID]:
         snap = self.store.iterator()
         out = []
-        for k, v in snap.scan(b"C", b"D"):
+        for k, v in snap.scan(*keys.conversations_range()):
             if not keys.ConversationRow.decode(v).closed:
-                out.append(ConversationID(k[1:].decode("utf-8")))
+                out.append(ConversationID(keys.read_conv_key(k).decode("utf-8")))
         return out
 
     # -- positions -------------------------------------------------------------------------------
@@ -127,8 +126,8 @@ class Reads:
 
     def _turn_at(self, snap: Snapshot, conv: bytes, turn: int) -> tuple[int, int, int] | None:
         """``(turn, first seq, first ordinal)`` of the first visible turn whose position is ``>= turn``."""
-        for key, value in snap.scan(keys.turn_key(conv, turn), keys.conv_range(b"T", conv)[1]):
-            return (keys.read_u64(key, len(key) - 8), *keys.read_turn_value(value))
+        for key, value in snap.scan(keys.turn_key(conv, turn), keys.conv_range(keys.TURN, conv)[1]):
+            return (keys.read_key_u64(key), *keys.read_turn_value(value))
         return None
 
     def _first_ord_after(self, snap: Snapshot, conv: bytes, count: int, after: HistoryPosition) -> int:
@@ -187,8 +186,9 @@ class Reads:
     def _with_hidden(self, snap: Snapshot, conv: bytes, visible: list[StoredMessage], after: HistoryPosition | None,
                      before: HistoryPosition | None, limit: int | None) -> list[StoredMessage]:
         """Merge the hidden rows (keyed by position, so the cursors are key bounds) into ``visible``."""
-        lower = keys.conv_range(b"H", conv)[0] if after is None else keys.hidden_key(conv, after.turn, after.seq + 1)
-        upper = keys.hidden_key(conv, before.turn, before.seq) if before is not None else keys.conv_range(b"H", conv)[1]
+        first, end = keys.conv_range(keys.HIDDEN, conv)
+        lower = first if after is None else keys.hidden_key(conv, after.turn, after.seq + 1)
+        upper = end if before is None else keys.hidden_key(conv, before.turn, before.seq)
         hidden: list[StoredMessage] = []
         for _, value in snap.scan(lower, upper):
             if limit is not None and len(hidden) >= limit:
