@@ -13,6 +13,7 @@ from __future__ import annotations
 from projections import keys
 from projections.store import Tx
 from schemas.batch import Batch
+from schemas.ids import MessageID
 
 __all__ = ["append", "clear", "latest_turn", "replace_latest_turn", "turn_id"]
 
@@ -58,7 +59,7 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch, created
 
 def turn_id(append_id: str, index: int) -> str:
     """The id of a turn: the id of its first message (its user message), ``append_id/index``."""
-    return f"{append_id}/{index}"
+    return MessageID.format(append_id, index)
 
 
 def latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow) -> tuple[str, int] | None:

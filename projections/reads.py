@@ -17,7 +17,7 @@ from projections.store import Snapshot, StateStore
 from projections.window import fit_turns, merge_system
 from schemas.batch import HistoryLoad, HistoryTurn, Measure, StoredMessage, TurnSource
 from schemas.errors import NotFound
-from schemas.ids import AppendID, ConversationID
+from schemas.ids import AppendID, ConversationID, MessageID
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
 from schemas.times import time_of
@@ -49,9 +49,8 @@ def _cursors(after: HistoryPosition | None, before: HistoryPosition | None
     return after, before
 
 
-def message_id(append_id: str, index: int) -> str:
-    """Stable id of a stored message: unique within its conversation (append ids are)."""
-    return f"{append_id}/{index}"
+message_id = MessageID.format
+"""Stable id of a stored message, ``APPEND_ID/INDEX``: unique within its conversation (append ids are)."""
 
 
 def _time(ms: int) -> datetime:
@@ -200,20 +199,22 @@ class Reads:
     # -- turns ---------------------------------------------------------------------------------
     def turn(self, conv: str, message_id_: str) -> HistoryTurn:
         """The visible turn holding the message ``message_id_``; ``NotFound`` otherwise."""
+        conv = str(conv)
+        try:
+            wanted = MessageID.parse(message_id_)  # before any read: a malformed id names no message
+        except NotFound as e:
+            raise NotFound(f"conversation {conv!r}: {e}") from None
         snap = self.store.iterator()
         c = conv.encode("utf-8")
-        conv = str(conv)
         row = self._open_row(snap, c)
         if row is None:
             raise NotFound(f"conversation {conv!r} has no message {message_id_!r} (unknown or cleared conversation)")
-        append_id, _, index = message_id_.rpartition("/")
-        canonical = index.isascii() and index.isdigit() and str(int(index)) == index  # as message_id() spells it
-        raw = snap.get(keys.receipt_key(c, append_id.encode("utf-8"))) if append_id and canonical else None
+        raw = snap.get(keys.receipt_key(c, wanted.append_id.encode("utf-8")))
         receipt = keys.ReceiptRow.decode(raw) if raw is not None else None
-        if receipt is None or int(index) >= receipt.count:
+        if receipt is None or wanted.index >= receipt.count:
             raise NotFound(f"conversation {conv!r} has no message {message_id_!r} "
                            "(message ids are APPEND_ID/INDEX, as entries() shows them)")
-        ord_, seq = receipt.first_ord + int(index), receipt.first_seq + int(index)
+        ord_, seq = receipt.first_ord + wanted.index, receipt.first_seq + wanted.index
         value = snap.get(keys.message_key(c, ord_)) if ord_ < row.messages else None
         message = keys.MessageRow.decode(value) if value is not None else None
         if message is None or message.seq != seq:  # its turn was replaced: another message has the ordinal now
