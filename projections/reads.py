@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from projections import keys
 from projections.store import Snapshot, StateStore
@@ -88,6 +88,14 @@ def _message_head(value: bytes) -> tuple[int, int]:
 _ord_of = keys.read_key_u64
 
 
+class _Opened(NamedTuple):
+    """What every read of one conversation starts from (``Reads._open``)."""
+
+    snap: Snapshot
+    conv: bytes  # the conversation id's UTF-8 bytes, as keys take it
+    row: keys.ConversationRow  # its summary row: the conversation is open
+
+
 class Reads:
     """Read side of the built-in projections."""
 
@@ -123,6 +131,15 @@ class Reads:
         row = keys.ConversationRow.decode(raw) if raw is not None else None
         return None if row is None or row.closed else row
 
+    def _open(self, conv: str) -> _Opened | None:
+        """The one prologue of every read of one conversation: a snapshot (so the read never mixes
+        two projector steps), the key bytes of ``conv`` and its summary row; None when ``conv`` is
+        unknown or cleared (the read has nothing to return). One point read."""
+        snap = self.store.iterator()
+        c = conv.encode("utf-8")
+        row = self._open_row(snap, c)
+        return None if row is None else _Opened(snap, c, row)
+
     def _turn_at(self, snap: Snapshot, conv: bytes, turn: int) -> tuple[int, int, int] | None:
         """``(turn, first seq, first ordinal)`` of the first visible turn whose position is ``>= turn``."""
         for key, value in snap.scan(keys.turn_key(conv, turn), keys.conv_range(keys.TURN, conv)[1]):
@@ -153,11 +170,10 @@ class Reads:
 
     # -- the full history ----------------------------------------------------------------------
     def messages(self, conv: str) -> list[Message]:
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if row is None:
+        opened = self._open(conv)
+        if opened is None:
             return []
+        snap, c, row = opened
         canonical_of = keys.MessageRow.canonical_of
         return [Message.from_stored(canonical_of(v))
                 for _, v in snap.scan(keys.message_key(c, 0), keys.message_key(c, row.messages))]
@@ -167,11 +183,10 @@ class Reads:
         """Messages with ``after < position < before`` in stored order, at most ``limit``;
         with ``include_hidden``, the messages of replaced turns too (merged by position)."""
         bounds = _cursors(after, before)
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if bounds is _NOTHING or row is None:
+        opened = None if bounds is _NOTHING else self._open(conv)
+        if opened is None:
             return []
+        snap, c, row = opened
         after, before = bounds  # type: ignore[misc]
         lo, hi = self._ord_range(snap, c, row.messages, after, before)
         if limit is not None:
@@ -204,11 +219,10 @@ class Reads:
             wanted = MessageID.parse(message_id_)  # before any read: a malformed id names no message
         except NotFound as e:
             raise NotFound(f"conversation {conv!r}: {e}") from None
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if row is None:
+        opened = self._open(conv)
+        if opened is None:
             raise NotFound(f"conversation {conv!r} has no message {message_id_!r} (unknown or cleared conversation)")
+        snap, c, row = opened
         raw = snap.get(keys.receipt_key(c, wanted.append_id.encode("utf-8")))
         receipt = keys.ReceiptRow.decode(raw) if raw is not None else None
         if receipt is None or wanted.index >= receipt.count:
@@ -227,19 +241,21 @@ class Reads:
 
     def latest_turn(self, conv: str) -> HistoryTurn | None:
         """The latest visible user-led turn, or None."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if row is None or row.turn == 0 or row.messages == 0:
+        opened = self._open(conv)
+        if opened is None:
+            return None
+        snap, c, row = opened
+        if row.turn == 0 or row.messages == 0:
             return None
         return self._turn(snap, c, row.messages, row.turn)
 
     def latest_turn_id(self, conv: str) -> str | None:
         """The id of the latest visible user-led turn (three point reads, no message parsed)."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if row is None or row.turn == 0 or row.messages == 0:
+        opened = self._open(conv)
+        if opened is None:
+            return None
+        snap, c, row = opened
+        if row.turn == 0 or row.messages == 0:
             return None
         raw = snap.get(keys.turn_key(c, row.turn))
         assert raw is not None  # Invariant: the latest turn position of a non-empty history is indexed.
@@ -265,11 +281,10 @@ class Reads:
         """The newest assistant message, if its metadata ``interrupted`` is JSON ``true``: an
         interrupted step no later assistant message completed (user and tool messages after it do
         not cancel it). Walks the narrow rows back to the newest assistant message."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if row is None:
+        opened = self._open(conv)
+        if opened is None:
             return None
+        snap, c, row = opened
         assistant = keys.ROLE_CODES["assistant"]
         for key, value in snap.scan_reverse(keys.source_key(c, 0), keys.source_key(c, row.messages)):
             _, _, _, role, flags, _, _ = keys.SourceRow.decode(value)
@@ -323,23 +338,21 @@ class Reads:
                 key: Callable[[bytes, int], bytes], head: Callable[[bytes], tuple[int, int]]
                 ) -> tuple[list[bytes], bool]:
         bounds = _cursors(after, before)
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if bounds is _NOTHING or row is None:
+        opened = None if bounds is _NOTHING else self._open(conv)
+        if opened is None:
             return [], False
+        snap, c, row = opened
         lo, hi = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
         return self._within_bytes(snap, key, c, lo, hi, max_bytes, unit, head)
 
     def measure(self, conv: str, after: HistoryPosition) -> Measure:
         """Messages, content bytes and turns after ``after``: the conversation's totals minus the
         running sums stored before the first message after it (two point reads, no payload)."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
         bounds = _cursors(after, None)
-        if row is None or bounds is _NOTHING:
+        opened = None if bounds is _NOTHING else self._open(conv)
+        if opened is None:
             return Measure(0, 0, 0)
+        snap, c, row = opened
         lo, _ = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
         if lo >= row.messages:
             return Measure(0, 0, 0)
@@ -352,11 +365,10 @@ class Reads:
     def window(self, conv: str, limit: int) -> list[Message]:
         """``WindowReader`` semantics in O(limit): the merged system message plus the longest
         suffix of whole turns that fits. Raises ``WindowTooSmall`` as WindowReader does."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if row is None:
+        opened = self._open(conv)
+        if opened is None:
             return []
+        snap, c, row = opened
         system: list[Message] = []
         system_ords = [_ord_of(k) for k, _ in snap.scan(keys.system_key(c, 0), keys.system_key(c, row.messages))]
         for ord_ in system_ords:  # after the scan: a point read moves the snapshot's one iterator
