@@ -36,6 +36,12 @@ def test_partition_is_javas_default_partitioner(conversation: bytes, java_hash: 
         assert partition_for_key(conversation + b"\x1f" + append_id, partitions) == expected
 
 
+def test_the_example_of_docs_events_md() -> None:
+    key = record_key("support/42", "a-1")
+    assert key == bytes.fromhex("73 75 70 70 6f 72 74 2f 34 32 1f 61 2d 31")
+    assert partition_for_key(key, 3) == 221559865 % 3 == 1
+
+
 def test_one_partition_takes_everything() -> None:
     assert partition_for_key(b"anything\x1fa", 1) == 0
 
