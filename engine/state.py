@@ -48,10 +48,8 @@ __all__ = ["STATE_FORMAT", "Evidence", "lost_appends", "open_file_parts", "open_
 
 log = logging.getLogger("histlog.engine")
 
-STATE_FORMAT = b"4"
-"""Version of the RocksDB layout (projections/keys.py) and of the admission rules that filled it;
-a state of another version is rebuilt. 4: every field of a decoded event is validated before
-admission, so a state of 3 may hold records (or counters) that a rebuild now decides as poison."""
+STATE_FORMAT = keys.STATE_FORMAT
+"""The layout version (defined with the layout in ``projections/keys.py``; re-exported here)."""
 
 L = TypeVar("L", bound=Log)
 _LOST_SHOWN = 5
@@ -130,7 +128,7 @@ def lost_appends(store: StateStore, ends: list[int]) -> list[tuple[str, str, Log
     for k, v in store.iterator().scan(keys.RECEIPT_PREFIX, keys.RECEIPT_END):
         row = keys.ReceiptRow.decode(v)
         if row.partition >= len(ends) or row.offset >= ends[row.partition]:
-            conv, _, append_id = k[1:].partition(keys.SEP)
+            conv, append_id = keys.read_receipt_key(k)
             lost.append((conv.decode(), append_id.decode(), LogPosition(row.partition, row.offset)))
     return sorted(lost, key=lambda t: (t[2].partition, t[2].offset))
 
@@ -154,8 +152,8 @@ def _open_store(state_dir: Path) -> StateStore:
 
 def _evidence(store: StateStore) -> list[int] | None:
     """The checkpoints of a state of this layout: offsets below which the log acknowledged records."""
-    raw = store.get(keys.meta_key("identity"))
-    if raw is None or store.get(keys.meta_key("format")) != STATE_FORMAT:
+    raw = store.get(keys.IDENTITY_KEY)
+    if raw is None or store.get(keys.FORMAT_KEY) != STATE_FORMAT:
         return None
     return checkpoints(store, int(json.loads(raw)["partitions"]))
 
@@ -169,8 +167,8 @@ def _renew(store: StateStore, state_dir: Path) -> StateStore:
 def _check(store: StateStore, state_dir: Path, identity: dict[str, Any], ends: list[int], *, durable: bool,
            rebuild: bool, accept_log_loss: bool) -> StateStore:
     try:
-        raw = store.get(keys.meta_key("identity"))
-        if raw is not None and store.get(keys.meta_key("format")) != STATE_FORMAT:
+        raw = store.get(keys.IDENTITY_KEY)
+        if raw is not None and store.get(keys.FORMAT_KEY) != STATE_FORMAT:
             log.warning("state in %s has another layout than this version's (%s): rebuilding it from the log",
                         state_dir, STATE_FORMAT.decode())
             store, raw = _renew(store, state_dir), None
@@ -186,8 +184,8 @@ def _check(store: StateStore, state_dir: Path, identity: dict[str, Any], ends: l
         if rebuild and raw is not None:
             store, raw = _renew(store, state_dir), None
         if raw is None:
-            store.put(keys.meta_key("format"), STATE_FORMAT)
-            store.put(keys.meta_key("identity"), json.dumps(identity, sort_keys=True).encode())
+            store.put(keys.FORMAT_KEY, STATE_FORMAT)
+            store.put(keys.IDENTITY_KEY, json.dumps(identity, sort_keys=True).encode())
     except BaseException:
         store.close()
         raise
@@ -238,7 +236,7 @@ def read_evidence(state_dir: Path) -> tuple[list[int] | None, str]:
         except Exception as exc:  # rocksdict raises a plain Exception with RocksDB's status text
             return None, f"the state in {state_dir} cannot be read ({' '.join(str(exc).split())}): no evidence"
         try:
-            identity, layout = db.get(keys.meta_key("identity")), db.get(keys.meta_key("format"))
+            identity, layout = db.get(keys.IDENTITY_KEY), db.get(keys.FORMAT_KEY)
             if identity is None or layout != STATE_FORMAT:
                 return None, f"the state in {state_dir} is empty or of another layout: no evidence"
             try:

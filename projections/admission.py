@@ -41,11 +41,10 @@ from schemas.errors import CorruptLog
 from schemas.events import ConversationCleared, TurnReplaced, decode_event, event_batch
 from schemas.ids import AppendID, ConversationID
 from schemas.positions import LogPosition
+from schemas.records import record_key_bytes
 from schemas.times import time_of
 
 __all__ = ["Decision", "Outcome", "admit"]
-
-_SEP = b"\x1f"
 
 
 class Outcome(enum.StrEnum):
@@ -128,7 +127,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         return _corrupt(e.reason or str(e))
     conversation_id = ConversationID(event.conversation_id)  # already one: returned as is
     conv = conversation_id.encode("utf-8")
-    if key != conv + _SEP + append_id:
+    if key != record_key_bytes(conv, append_id):
         return _corrupt("record key does not match the event")
     raw_row = tx.get(keys.conv_key(conv))
     row = keys.ConversationRow.decode(raw_row) if raw_row is not None else None

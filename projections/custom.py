@@ -35,6 +35,7 @@ from __future__ import annotations
 import abc
 from typing import ClassVar
 
+from projections import keys
 from projections.events import ProjectedEvent
 from projections.store import StateStore, Tx
 from schemas.errors import HistoryError
@@ -57,10 +58,8 @@ def check_name(name: object) -> str:
     return name
 
 
-def keyspace(name: str) -> tuple[bytes, bytes]:
-    """``[lower, upper)`` of every state key of the projection ``name``."""
-    prefix = b"U" + name.encode("utf-8") + b"\x00"
-    return prefix, prefix[:-1] + b"\x01"
+keyspace = keys.custom_keyspace
+"""``[lower, upper)`` of every state key of the projection ``name`` (the layout is ``keys``')."""
 
 
 class Projection(abc.ABC):
@@ -105,7 +104,7 @@ class ProjectionTx:
 
     def scan(self, prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
         lower = self._key(prefix)
-        upper = _prefix_end(lower)
+        upper = keys.prefix_end(lower)
         merged = dict(self._tx.scan(lower, upper))
         for k, v in self._pending.items():
             if lower <= k < upper:
@@ -126,12 +125,6 @@ class ProjectionTx:
         self._pending.clear()
 
 
-def _prefix_end(prefix: bytes) -> bytes:
-    """The smallest key greater than every key starting with ``prefix``."""
-    stripped = prefix.rstrip(b"\xff")
-    return stripped[:-1] + bytes([stripped[-1] + 1]) if stripped else b"\xff" * (len(prefix) + 1)
-
-
 class ProjectionView:
     """Read-only access to a projection's state as of the last applied event."""
 
@@ -146,4 +139,4 @@ class ProjectionView:
         """``(key, value)`` pairs whose key starts with ``prefix``, in key order (a detached list)."""
         lower = self._lower + prefix
         cut = len(self._lower)
-        return [(k[cut:], v) for k, v in self._store.iterator().scan(lower, _prefix_end(lower))]
+        return [(k[cut:], v) for k, v in self._store.iterator().scan(lower, keys.prefix_end(lower))]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from projections import keys
 from projections.store import Tx
 from schemas.batch import Batch
+from schemas.ids import MessageID
 
 __all__ = ["append", "clear", "latest_turn", "replace_latest_turn", "turn_id"]
 
@@ -58,7 +59,7 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch, created
 
 def turn_id(append_id: str, index: int) -> str:
     """The id of a turn: the id of its first message (its user message), ``append_id/index``."""
-    return f"{append_id}/{index}"
+    return MessageID.format(append_id, index)
 
 
 def latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow) -> tuple[str, int] | None:
@@ -114,5 +115,5 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_or
 
 def clear(tx: Tx, conv: bytes) -> None:
     """Drop every row and receipt of the conversation (the caller records the closure)."""
-    for prefix in (b"M", b"N", b"A", b"S", b"T", b"H", b"R"):
-        tx.delete_range(*keys.conv_range(prefix, conv))
+    for lower, upper in keys.conversation_ranges(conv):
+        tx.delete_range(lower, upper)

@@ -24,8 +24,13 @@ key                    meaning                                         value
 ``P`` name 00 part     checkpoint: next offset to apply                offset
 ``Q`` part offset      a quarantined poison record                     reason (UTF-8)
 ``X``                  admission outcome counters                      7 x u64
-``m`` name             metadata (backend identity)                     JSON
+``U`` name 00 key      a custom projection's own keyspace              the projection's bytes
+``m`` name             metadata (layout version, backend identity)     ``STATE_FORMAT``, JSON
 =====================  ==============================================  =========================================
+
+Every prefix is a constant below and every key is built, split and ranged by a function here
+(``conv_range``, ``prefix_end``, ``custom_keyspace`` ...): no other module spells a key byte.
+``STATE_FORMAT`` versions this layout together with the admission rules that fill it.
 
 Every fixed-width field holds whatever admission accepts, because ``schemas.events`` lets through
 only valid events (the rules live there and in ``schemas.times``): times are ``0..MAX_TIME_MS`` (``Q``);
@@ -43,9 +48,25 @@ from dataclasses import dataclass
 from schemas.events import REPLACE_REASONS
 
 __all__ = [
+    "AGGREGATE",
+    "CHECKPOINT",
+    "CONVERSATION",
+    "CUSTOM",
+    "FORMAT_KEY",
+    "HIDDEN",
+    "IDENTITY_KEY",
+    "MESSAGE",
+    "META",
+    "POISON",
+    "RECEIPT",
     "RECEIPT_END",
     "RECEIPT_PREFIX",
     "ROLE_CODES",
+    "SOURCE",
+    "STATE_FORMAT",
+    "STATS_KEY",
+    "SYSTEM",
+    "TURN",
     "AggregateRow",
     "ConversationRow",
     "HiddenRow",
@@ -55,12 +76,22 @@ __all__ = [
     "Stats",
     "aggregate_key",
     "checkpoint_key",
+    "checkpoint_range",
     "conv_key",
     "conv_range",
+    "conversation_ranges",
+    "conversations_range",
+    "custom_keyspace",
     "hidden_key",
     "message_key",
     "meta_key",
     "poison_key",
+    "poison_range",
+    "prefix_end",
+    "read_conv_key",
+    "read_key_u64",
+    "read_poison_key",
+    "read_receipt_key",
     "read_turn_value",
     "receipt_key",
     "source_key",
@@ -69,9 +100,31 @@ __all__ = [
     "turn_value",
 ]
 
+STATE_FORMAT = b"4"
+"""Version of this layout and of the admission rules that filled it (``m format``); a state of
+another version is rebuilt. 4: every field of a decoded event is validated before admission, so
+a state of 3 may hold records (or counters) that a rebuild now decides as poison."""
+
 SEP = b"\x1f"
 END = b"\x20"
+
+CONVERSATION = b"C"
+RECEIPT = b"R"
+MESSAGE = b"M"
+SYSTEM = b"S"
+SOURCE = b"N"
+AGGREGATE = b"A"
+TURN = b"T"
+HIDDEN = b"H"
+CHECKPOINT = b"P"
+POISON = b"Q"
 STATS_KEY = b"X"
+CUSTOM = b"U"
+META = b"m"
+_NAME_END = b"\x00"  # ends a name (checkpoints, custom projections): names hold no control character
+
+CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT)
+"""Every keyspace under ``prefix conv 1F``: what a clear drops (the ``C`` row keeps the closure)."""
 
 ROLE_CODES = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
 
@@ -87,37 +140,68 @@ def read_u64(b: bytes, at: int = 0) -> int:
     return int(_U64.unpack_from(b, at)[0])
 
 
+def prefix_end(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with ``prefix`` (the exclusive upper
+    bound of a prefix scan). ``ValueError`` for a prefix of only ``0xFF`` bytes (or none), which
+    no key bounds: no prefix of this layout is one (every keyspace starts with a letter)."""
+    stripped = prefix.rstrip(b"\xff")
+    if not stripped:
+        raise ValueError(f"no key is greater than every key starting with {prefix!r}; scan without an upper bound")
+    return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
 def conv_key(conv: bytes) -> bytes:
-    return b"C" + conv
+    return CONVERSATION + conv
+
+
+def read_conv_key(key: bytes) -> bytes:
+    """The conversation id bytes of a ``C`` key."""
+    return key[len(CONVERSATION):]
+
+
+def conversations_range() -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of every ``C`` row (one per conversation ever seen)."""
+    return CONVERSATION, prefix_end(CONVERSATION)
 
 
 def receipt_key(conv: bytes, append_id: bytes) -> bytes:
-    return b"R" + conv + SEP + append_id
+    return RECEIPT + conv + SEP + append_id
 
 
-RECEIPT_PREFIX, RECEIPT_END = b"R", b"S"
+def read_receipt_key(key: bytes) -> tuple[bytes, bytes]:
+    """``(conversation, append id)`` bytes of an ``R`` key."""
+    conv, _, append_id = key[len(RECEIPT):].partition(SEP)
+    return conv, append_id
+
+
+RECEIPT_PREFIX, RECEIPT_END = RECEIPT, prefix_end(RECEIPT)
 """Every receipt key is in ``[RECEIPT_PREFIX, RECEIPT_END)``."""
 
 
 def message_key(conv: bytes, ord_: int) -> bytes:
-    return b"M" + conv + SEP + _U64.pack(ord_)
+    return MESSAGE + conv + SEP + _U64.pack(ord_)
 
 
 def system_key(conv: bytes, ord_: int) -> bytes:
-    return b"S" + conv + SEP + _U64.pack(ord_)
+    return SYSTEM + conv + SEP + _U64.pack(ord_)
 
 
 def source_key(conv: bytes, ord_: int) -> bytes:
-    return b"N" + conv + SEP + _U64.pack(ord_)
+    return SOURCE + conv + SEP + _U64.pack(ord_)
 
 
 def aggregate_key(conv: bytes, ord_: int) -> bytes:
-    return b"A" + conv + SEP + _U64.pack(ord_)
+    return AGGREGATE + conv + SEP + _U64.pack(ord_)
+
+
+def read_key_u64(key: bytes) -> int:
+    """The number that ends an ``M``, ``S``, ``N``, ``A`` or ``T`` key (its ordinal or turn)."""
+    return int(_U64.unpack_from(key, len(key) - _U64.size)[0])
 
 
 def hidden_key(conv: bytes, turn: int, seq: int) -> bytes:
     """Keyed by position ``(turn, seq)``, so a cursor is a key: hidden rows are read in O(result)."""
-    return b"H" + conv + SEP + _U64.pack(turn) + _U64.pack(seq)
+    return HIDDEN + conv + SEP + _U64.pack(turn) + _U64.pack(seq)
 
 
 _TURN = struct.Struct(">QQ")
@@ -134,7 +218,7 @@ def read_turn_value(b: bytes) -> tuple[int, int]:
 
 
 def turn_key(conv: bytes, turn: int) -> bytes:
-    return b"T" + conv + SEP + _U64.pack(turn)
+    return TURN + conv + SEP + _U64.pack(turn)
 
 
 def conv_range(prefix: bytes, conv: bytes) -> tuple[bytes, bytes]:
@@ -142,16 +226,55 @@ def conv_range(prefix: bytes, conv: bytes) -> tuple[bytes, bytes]:
     return prefix + conv + SEP, prefix + conv + END
 
 
+def conversation_ranges(conv: bytes) -> list[tuple[bytes, bytes]]:
+    """``conv_range`` of every keyspace in ``CONVERSATION_SCOPED``."""
+    return [conv_range(prefix, conv) for prefix in CONVERSATION_SCOPED]
+
+
+def _named(prefix: bytes, name: str) -> bytes:
+    return prefix + name.encode("utf-8") + _NAME_END
+
+
 def checkpoint_key(name: str, partition: int) -> bytes:
-    return b"P" + name.encode("utf-8") + b"\x00" + _U32.pack(partition)
+    return _named(CHECKPOINT, name) + _U32.pack(partition)
+
+
+def checkpoint_range(name: str) -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of every checkpoint of the projection ``name``."""
+    lower = _named(CHECKPOINT, name)
+    return lower, prefix_end(lower)
+
+
+def custom_keyspace(name: str) -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of every state key of the custom projection ``name``; its keys are
+    ``lower + the projection's own key``."""
+    lower = _named(CUSTOM, name)
+    return lower, prefix_end(lower)
 
 
 def poison_key(partition: int, offset: int) -> bytes:
-    return b"Q" + _U32.pack(partition) + _U64.pack(offset)
+    return POISON + _U32.pack(partition) + _U64.pack(offset)
+
+
+def read_poison_key(key: bytes) -> tuple[int, int]:
+    """``(partition, offset)`` of a ``Q`` key."""
+    at = len(POISON)
+    return int(_U32.unpack_from(key, at)[0]), int(_U64.unpack_from(key, at + _U32.size)[0])
+
+
+def poison_range() -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of every quarantined poison record, in position order."""
+    return POISON, prefix_end(POISON)
 
 
 def meta_key(name: str) -> bytes:
-    return b"m" + name.encode("utf-8")
+    return META + name.encode("utf-8")
+
+
+FORMAT_KEY = meta_key("format")
+"""Holds ``STATE_FORMAT``, the layout version the state was built with."""
+IDENTITY_KEY = meta_key("identity")
+"""Holds the identity (JSON) of the log the state was built from."""
 
 
 _CONV = struct.Struct(">BQQQQQ")

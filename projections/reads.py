@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from projections import keys
 from projections.store import Snapshot, StateStore
 from projections.window import fit_turns, merge_system
 from schemas.batch import HistoryLoad, HistoryTurn, Measure, StoredMessage, TurnSource
 from schemas.errors import NotFound
-from schemas.ids import AppendID, ConversationID
+from schemas.ids import AppendID, ConversationID, MessageID
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
 from schemas.times import time_of
@@ -49,9 +49,8 @@ def _cursors(after: HistoryPosition | None, before: HistoryPosition | None
     return after, before
 
 
-def message_id(append_id: str, index: int) -> str:
-    """Stable id of a stored message: unique within its conversation (append ids are)."""
-    return f"{append_id}/{index}"
+message_id = MessageID.format
+"""Stable id of a stored message, ``APPEND_ID/INDEX``: unique within its conversation (append ids are)."""
 
 
 def _time(ms: int) -> datetime:
@@ -86,8 +85,15 @@ def _message_head(value: bytes) -> tuple[int, int]:
     return turn, size
 
 
-def _ord_of(key: bytes) -> int:
-    return keys.read_u64(key, len(key) - 8)
+_ord_of = keys.read_key_u64
+
+
+class _Opened(NamedTuple):
+    """What every read of one conversation starts from (``Reads._open``)."""
+
+    snap: Snapshot
+    conv: bytes  # the conversation id's UTF-8 bytes, as keys take it
+    row: keys.ConversationRow  # its summary row: the conversation is open
 
 
 class Reads:
@@ -107,16 +113,16 @@ class Reads:
     def poison(self) -> list[tuple[LogPosition, str]]:
         """Quarantined poison records in position order."""
         out = []
-        for k, v in self.store.iterator().scan(b"Q", b"R"):
-            out.append((LogPosition(int.from_bytes(k[1:5], "big"), keys.read_u64(k, 5)), v.decode("utf-8")))
+        for k, v in self.store.iterator().scan(*keys.poison_range()):
+            out.append((LogPosition(*keys.read_poison_key(k)), v.decode("utf-8")))
         return out
 
     def conversations(self) -> list[ConversationID]:
         snap = self.store.iterator()
         out = []
-        for k, v in snap.scan(b"C", b"D"):
+        for k, v in snap.scan(*keys.conversations_range()):
             if not keys.ConversationRow.decode(v).closed:
-                out.append(ConversationID(k[1:].decode("utf-8")))
+                out.append(ConversationID(keys.read_conv_key(k).decode("utf-8")))
         return out
 
     # -- positions -------------------------------------------------------------------------------
@@ -125,10 +131,19 @@ class Reads:
         row = keys.ConversationRow.decode(raw) if raw is not None else None
         return None if row is None or row.closed else row
 
+    def _open(self, conv: str) -> _Opened | None:
+        """The one prologue of every read of one conversation: a snapshot (so the read never mixes
+        two projector steps), the key bytes of ``conv`` and its summary row; None when ``conv`` is
+        unknown or cleared (the read has nothing to return). One point read."""
+        snap = self.store.iterator()
+        c = conv.encode("utf-8")
+        row = self._open_row(snap, c)
+        return None if row is None else _Opened(snap, c, row)
+
     def _turn_at(self, snap: Snapshot, conv: bytes, turn: int) -> tuple[int, int, int] | None:
         """``(turn, first seq, first ordinal)`` of the first visible turn whose position is ``>= turn``."""
-        for key, value in snap.scan(keys.turn_key(conv, turn), keys.conv_range(b"T", conv)[1]):
-            return (keys.read_u64(key, len(key) - 8), *keys.read_turn_value(value))
+        for key, value in snap.scan(keys.turn_key(conv, turn), keys.conv_range(keys.TURN, conv)[1]):
+            return (keys.read_key_u64(key), *keys.read_turn_value(value))
         return None
 
     def _first_ord_after(self, snap: Snapshot, conv: bytes, count: int, after: HistoryPosition) -> int:
@@ -155,11 +170,10 @@ class Reads:
 
     # -- the full history ----------------------------------------------------------------------
     def messages(self, conv: str) -> list[Message]:
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if row is None:
+        opened = self._open(conv)
+        if opened is None:
             return []
+        snap, c, row = opened
         canonical_of = keys.MessageRow.canonical_of
         return [Message.from_stored(canonical_of(v))
                 for _, v in snap.scan(keys.message_key(c, 0), keys.message_key(c, row.messages))]
@@ -169,11 +183,10 @@ class Reads:
         """Messages with ``after < position < before`` in stored order, at most ``limit``;
         with ``include_hidden``, the messages of replaced turns too (merged by position)."""
         bounds = _cursors(after, before)
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if bounds is _NOTHING or row is None:
+        opened = None if bounds is _NOTHING else self._open(conv)
+        if opened is None:
             return []
+        snap, c, row = opened
         after, before = bounds  # type: ignore[misc]
         lo, hi = self._ord_range(snap, c, row.messages, after, before)
         if limit is not None:
@@ -187,8 +200,9 @@ class Reads:
     def _with_hidden(self, snap: Snapshot, conv: bytes, visible: list[StoredMessage], after: HistoryPosition | None,
                      before: HistoryPosition | None, limit: int | None) -> list[StoredMessage]:
         """Merge the hidden rows (keyed by position, so the cursors are key bounds) into ``visible``."""
-        lower = keys.conv_range(b"H", conv)[0] if after is None else keys.hidden_key(conv, after.turn, after.seq + 1)
-        upper = keys.hidden_key(conv, before.turn, before.seq) if before is not None else keys.conv_range(b"H", conv)[1]
+        first, end = keys.conv_range(keys.HIDDEN, conv)
+        lower = first if after is None else keys.hidden_key(conv, after.turn, after.seq + 1)
+        upper = end if before is None else keys.hidden_key(conv, before.turn, before.seq)
         hidden: list[StoredMessage] = []
         for _, value in snap.scan(lower, upper):
             if limit is not None and len(hidden) >= limit:
@@ -200,20 +214,21 @@ class Reads:
     # -- turns ---------------------------------------------------------------------------------
     def turn(self, conv: str, message_id_: str) -> HistoryTurn:
         """The visible turn holding the message ``message_id_``; ``NotFound`` otherwise."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
         conv = str(conv)
-        row = self._open_row(snap, c)
-        if row is None:
+        try:
+            wanted = MessageID.parse(message_id_)  # before any read: a malformed id names no message
+        except NotFound as e:
+            raise NotFound(f"conversation {conv!r}: {e}") from None
+        opened = self._open(conv)
+        if opened is None:
             raise NotFound(f"conversation {conv!r} has no message {message_id_!r} (unknown or cleared conversation)")
-        append_id, _, index = message_id_.rpartition("/")
-        canonical = index.isascii() and index.isdigit() and str(int(index)) == index  # as message_id() spells it
-        raw = snap.get(keys.receipt_key(c, append_id.encode("utf-8"))) if append_id and canonical else None
+        snap, c, row = opened
+        raw = snap.get(keys.receipt_key(c, wanted.append_id.encode("utf-8")))
         receipt = keys.ReceiptRow.decode(raw) if raw is not None else None
-        if receipt is None or int(index) >= receipt.count:
+        if receipt is None or wanted.index >= receipt.count:
             raise NotFound(f"conversation {conv!r} has no message {message_id_!r} "
                            "(message ids are APPEND_ID/INDEX, as entries() shows them)")
-        ord_, seq = receipt.first_ord + int(index), receipt.first_seq + int(index)
+        ord_, seq = receipt.first_ord + wanted.index, receipt.first_seq + wanted.index
         value = snap.get(keys.message_key(c, ord_)) if ord_ < row.messages else None
         message = keys.MessageRow.decode(value) if value is not None else None
         if message is None or message.seq != seq:  # its turn was replaced: another message has the ordinal now
@@ -226,19 +241,21 @@ class Reads:
 
     def latest_turn(self, conv: str) -> HistoryTurn | None:
         """The latest visible user-led turn, or None."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if row is None or row.turn == 0 or row.messages == 0:
+        opened = self._open(conv)
+        if opened is None:
+            return None
+        snap, c, row = opened
+        if row.turn == 0 or row.messages == 0:
             return None
         return self._turn(snap, c, row.messages, row.turn)
 
     def latest_turn_id(self, conv: str) -> str | None:
         """The id of the latest visible user-led turn (three point reads, no message parsed)."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if row is None or row.turn == 0 or row.messages == 0:
+        opened = self._open(conv)
+        if opened is None:
+            return None
+        snap, c, row = opened
+        if row.turn == 0 or row.messages == 0:
             return None
         raw = snap.get(keys.turn_key(c, row.turn))
         assert raw is not None  # Invariant: the latest turn position of a non-empty history is indexed.
@@ -264,11 +281,10 @@ class Reads:
         """The newest assistant message, if its metadata ``interrupted`` is JSON ``true``: an
         interrupted step no later assistant message completed (user and tool messages after it do
         not cancel it). Walks the narrow rows back to the newest assistant message."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if row is None:
+        opened = self._open(conv)
+        if opened is None:
             return None
+        snap, c, row = opened
         assistant = keys.ROLE_CODES["assistant"]
         for key, value in snap.scan_reverse(keys.source_key(c, 0), keys.source_key(c, row.messages)):
             _, _, _, role, flags, _, _ = keys.SourceRow.decode(value)
@@ -322,23 +338,21 @@ class Reads:
                 key: Callable[[bytes, int], bytes], head: Callable[[bytes], tuple[int, int]]
                 ) -> tuple[list[bytes], bool]:
         bounds = _cursors(after, before)
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if bounds is _NOTHING or row is None:
+        opened = None if bounds is _NOTHING else self._open(conv)
+        if opened is None:
             return [], False
+        snap, c, row = opened
         lo, hi = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
         return self._within_bytes(snap, key, c, lo, hi, max_bytes, unit, head)
 
     def measure(self, conv: str, after: HistoryPosition) -> Measure:
         """Messages, content bytes and turns after ``after``: the conversation's totals minus the
         running sums stored before the first message after it (two point reads, no payload)."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
         bounds = _cursors(after, None)
-        if row is None or bounds is _NOTHING:
+        opened = None if bounds is _NOTHING else self._open(conv)
+        if opened is None:
             return Measure(0, 0, 0)
+        snap, c, row = opened
         lo, _ = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
         if lo >= row.messages:
             return Measure(0, 0, 0)
@@ -351,11 +365,10 @@ class Reads:
     def window(self, conv: str, limit: int) -> list[Message]:
         """``WindowReader`` semantics in O(limit): the merged system message plus the longest
         suffix of whole turns that fits. Raises ``WindowTooSmall`` as WindowReader does."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        if row is None:
+        opened = self._open(conv)
+        if opened is None:
             return []
+        snap, c, row = opened
         system: list[Message] = []
         system_ords = [_ord_of(k) for k, _ in snap.scan(keys.system_key(c, 0), keys.system_key(c, row.messages))]
         for ord_ in system_ords:  # after the scan: a point read moves the snapshot's one iterator

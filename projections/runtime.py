@@ -304,8 +304,7 @@ class Projector:
             tx.commit()
 
     def has_checkpoint(self, name: str) -> bool:
-        prefix = keys.checkpoint_key(name, 0)[:-4]
-        return any(True for _ in self.store.iterator().scan(prefix, prefix[:-1] + b"\x01"))
+        return any(True for _ in self.store.iterator().scan(*keys.checkpoint_range(name)))
 
     # -- waiting and reading -----------------------------------------------------------------
     @contextlib.contextmanager

@@ -7,12 +7,11 @@ event, so that nothing a producer can put on the log reaches admission invalid (
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final
 
 from schemas.canonical import DIGEST_PATTERN
-from schemas.errors import HistoryError
-from schemas.ids import AppendID, ConversationID
+from schemas.errors import HistoryError, NotFound
+from schemas.ids import AppendID, ConversationID, MessageID
 from schemas.times import time_problem
 
 __all__ = [
@@ -45,18 +44,12 @@ class InvalidField(ValueError):
         self.field = field
 
 
-_TURN_INDEX: Final = re.compile(r"0|[1-9][0-9]{0,9}")
-
-
 def turn_id_problem(value: str) -> str:
-    """Why ``value`` is not a turn id, ``append-id/index`` ("" when it is)."""
-    append_id, slash, index = value.rpartition("/")
-    if not slash or _TURN_INDEX.fullmatch(index) is None:
-        return f"{value[:80]!r} is not a turn id (append-id/index, e.g. 'a-2/0')"
+    """Why ``value`` is not a turn id, the ``MessageID`` of its first message ("" when it is)."""
     try:
-        AppendID(append_id)
-    except HistoryError as e:
-        return f"{value[:80]!r} is not a turn id: {e}"
+        MessageID.parse(value)
+    except NotFound as e:
+        return f"not a turn id: {e}"
     return ""
 
 

@@ -5,20 +5,25 @@ or case-folded. Rules (in the order they are checked): non-empty; encodable as U
 lone surrogates); no leading or trailing Unicode White_Space (what Go's
 ``strings.TrimSpace`` removes); no control character (category Cc: U+0000-U+001F,
 U+007F-U+009F); at most 1024 UTF-8 bytes. The rules guarantee that ``0x1F`` never occurs in
-an id, which makes the log's record key ``conversation + 0x1F + append`` unambiguous.
+an id, which makes the log's record key ``conversation + 0x1F + append`` unambiguous
+(``schemas.records``).
+
+``MessageID`` is the one spelling of a stored message's id, ``APPEND_ID/INDEX`` (a turn's id is
+the id of its first message): ``MessageID.format`` writes it, ``MessageID.parse`` reads it back.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Final
 
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-from schemas.errors import InvalidAppendID, InvalidConversationID
+from schemas.errors import HistoryError, InvalidAppendID, InvalidConversationID, NotFound
 
-__all__ = ["MAX_ID_BYTES", "AppendID", "ConversationID"]
+__all__ = ["MAX_ID_BYTES", "MAX_MESSAGE_INDEX", "AppendID", "ConversationID", "MessageID"]
 
 MAX_ID_BYTES = 1024
 
@@ -86,3 +91,56 @@ class AppendID(_ID):
     _kind = "append id"
     _error = InvalidAppendID
     __slots__ = ()
+
+
+MAX_MESSAGE_INDEX: Final = 9_999_999_999
+"""Largest ``INDEX`` a message id may spell (ten digits; a batch holds far fewer messages)."""
+
+_INDEX: Final = re.compile(r"0|[1-9][0-9]{0,9}")
+_EXAMPLE: Final = "APPEND_ID/INDEX, e.g. 'a-2/0', as entries() shows them"
+
+
+@dataclass(frozen=True, slots=True)
+class MessageID:
+    """The id of a stored message: ``APPEND_ID/INDEX``, its append's id and its 0-based index in
+    that append's batch. Unique within its conversation (append ids are), stable forever.
+
+    ``str(MessageID(a, i))`` is ``MessageID.format(a, i)``. ``parse`` accepts exactly what
+    ``format`` writes for a valid append id (the index in canonical decimal: no sign, no leading
+    zero, at most ten digits) and raises ``NotFound`` for anything else: a string that is not a
+    message id names no message. The append id may itself contain ``/``: the index is what
+    follows the last one.
+    """
+
+    append_id: AppendID
+    index: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "append_id", AppendID(self.append_id))
+        if not isinstance(self.index, int) or isinstance(self.index, bool) \
+                or not 0 <= self.index <= MAX_MESSAGE_INDEX:
+            raise NotFound(f"a message index is an int in 0..{MAX_MESSAGE_INDEX}, got {self.index!r}; "
+                           f"message ids are {_EXAMPLE}")
+
+    def __str__(self) -> str:
+        return self.format(self.append_id, self.index)
+
+    @staticmethod
+    def format(append_id: str, index: int) -> str:
+        """``append_id/index``: the one spelling of a message id (no validation: the hot path of
+        reads, whose rows hold only valid ids)."""
+        return f"{append_id}/{index}"
+
+    @classmethod
+    def parse(cls, text: object) -> MessageID:
+        """The message id ``text`` spells; ``NotFound`` (saying what a message id looks like)
+        when it spells none. Checks the text only: nothing is looked up."""
+        if not isinstance(text, str):
+            raise NotFound(f"message ids are str ({_EXAMPLE}), got {type(text).__name__}")
+        append_id, slash, index = text.rpartition("/")
+        if not slash or _INDEX.fullmatch(index) is None:
+            raise NotFound(f"{text[:80]!r} is not a message id ({_EXAMPLE})")
+        try:
+            return cls(AppendID(append_id), int(index))
+        except HistoryError as e:
+            raise NotFound(f"{text[:80]!r} is not a message id ({_EXAMPLE}): {e}") from None

@@ -10,7 +10,8 @@ A log is partitioned and append-only. Promises, checked by ``tests/conformance/l
 * Records of one partition are read back in offset order, byte-identical (key, value, headers).
 * The partition of a record is ``partition_for_key(key, partitions)``: Kafka's murmur2 of the
   conversation-id part of the key (the bytes before the first ``0x1F``), so every event of a
-  conversation lands in one partition and a producer in any language can compute it.
+  conversation lands in one partition and a producer in any language can compute it. The key
+  and the partitioner are wire contracts: they live in ``schemas.records`` (re-exported here).
 * ``end_offsets()[p]`` is the offset the next record of partition ``p`` will get (for
   Kafka: the high watermark).
 * Errors: a backend that cannot take or serve records raises ``LogUnavailable``; a damaged
@@ -23,13 +24,10 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from kafka.partitioner import murmur2
-
 from schemas.positions import LogPosition
+from schemas.records import KEY_SEPARATOR, partition_for_key, record_key
 
 __all__ = ["KEY_SEPARATOR", "Headers", "Log", "LogCursor", "Record", "partition_for_key", "record_key"]
-
-KEY_SEPARATOR = b"\x1f"
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -48,23 +46,6 @@ class Record:
     @property
     def position(self) -> LogPosition:
         return LogPosition(self.partition, self.offset)
-
-
-def record_key(conversation_id: str, append_id: str = "") -> bytes:
-    """The record key: ``conversation_id + 0x1F + append_id`` in UTF-8 (empty append id for a clear)."""
-    return conversation_id.encode("utf-8") + KEY_SEPARATOR + append_id.encode("utf-8")
-
-
-def partition_for_key(key: bytes, partitions: int) -> int:
-    """Kafka's default partitioner applied to the conversation id bytes of ``key``.
-
-    ``(murmur2(conversation_id_bytes) & 0x7FFFFFFF) % partitions``, as Java's
-    ``Utils.toPositive(Utils.murmur2(bytes)) % numPartitions``.
-    """
-    if partitions == 1:
-        return 0
-    conversation = key.split(KEY_SEPARATOR, 1)[0]
-    return (int(murmur2(conversation)) & 0x7FFFFFFF) % partitions
 
 
 class LogCursor(abc.ABC):

@@ -1,7 +1,8 @@
-"""``FileLog``: the embedded, durable, group-committed log in a directory. Long (≈550 lines)
+"""``FileLog``: the embedded, durable, group-committed log in a directory. Long (≈540 lines)
 because group commit, visibility, fail-stop and reads share one lock and one set of offsets:
 split, one invariant would span modules. Creation and recovery policy are in ``layout.py`` and
-``recovery.py``, the frame format in ``format.py`` and ``segment.py``.
+``recovery.py``, ``meta.json`` in ``meta.py``, the waiting cursor in ``cursor.py``, the frame
+format in ``format.py`` and ``segment.py``.
 
 Layout (names from ``engine.log.format``; the spec is ``docs/log-format.md``)::
 
@@ -62,13 +63,14 @@ from pathlib import Path
 from typing import Literal
 
 from engine.log import format as fmt
-from engine.log import layout
-from engine.log.base import Headers, Log, LogCursor, Record, partition_for_key
-from engine.log.memory import ConditionCursor
+from engine.log import layout, meta
+from engine.log.base import Headers, Log, LogCursor, Record
+from engine.log.cursor import ConditionCursor
 from engine.log.recovery import NO_LOG, LostRecords, Plan, Recovery, RecoveryCut, Segment
-from engine.log.segment import Damage, SegmentWriter, fsync_dir, scan, truncate_file
+from engine.log.segment import SegmentWriter, fsync_dir, truncate_file
 from schemas.errors import CorruptLog, InvalidConfiguration, LogUnavailable
 from schemas.positions import LogPosition
+from schemas.records import partition_for_key
 
 __all__ = ["FileLog", "FileLogStats", "FsyncPolicy", "LostRecords", "RecoveryCut"]
 
@@ -107,14 +109,6 @@ class _Pending:
     frame: bytes
 
 
-def _stored_partitions(path: Path) -> int | None:
-    """The partition count recorded in an existing log's meta file (None when absent/unreadable)."""
-    try:
-        return layout.read_partitions(path)
-    except (OSError, ValueError):
-        return None
-
-
 def _evidence(acknowledged: Sequence[int] | None) -> list[int] | None:
     if acknowledged is None:
         return None
@@ -148,7 +142,7 @@ class FileLog(Log):
         deferred = acknowledged if callable(acknowledged) else None
         evidence = None if callable(acknowledged) else _evidence(acknowledged)
         if partitions is None:
-            partitions = _stored_partitions(Path(path)) or (len(evidence) if evidence else 1)
+            partitions = meta.stored_partitions(Path(path)) or (len(evidence) if evidence else 1)
         if evidence is not None and len(evidence) != partitions:
             raise InvalidConfiguration(
                 f"acknowledged has {len(evidence)} offsets but the log has {partitions} partitions; pass "
@@ -484,18 +478,7 @@ class FileLog(Log):
                 data = os.pread(fd, end_pos - start_pos, start_pos)
             except OSError as exc:
                 raise LogUnavailable(f"file log {self.path}: reading {seg.path.name} failed: {exc}") from exc
-            got = 0
-            for item in scan(data, expected_offset=offset, base_position=start_pos):
-                if isinstance(item, Damage):
-                    raise self._recovery.corrupt(partition, seg, item, "found while reading")
-                self._recovery.expect_offset(partition, seg, item, offset + got)
-                out.append(Record(partition, item.offset, item.timestamp_ms, item.key, item.value,
-                                  item.headers))
-                got += 1
-            if got != count:
-                raise CorruptLog(f"file log {self.path}: partition {partition} segment {seg.path.name}: "
-                                 f"expected {count} records at byte {start_pos}, read {got}; run the "
-                                 "verify tool", reason="short read", position=LogPosition(partition, offset))
+            out.extend(self._recovery.records(partition, seg, data, offset, count, start_pos))
             offset += count
         return out
 

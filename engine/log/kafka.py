@@ -37,7 +37,7 @@ import kafka.errors as kerr
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from engine.log.base import Headers, Log, LogCursor, Record, partition_for_key
+from engine.log.base import Headers, Log, LogCursor, Record
 from engine.log.kafka_topic import (
     CLIENT_TUNING,
     DEFAULT_MAX_RECORD_BYTES,
@@ -48,6 +48,7 @@ from engine.log.kafka_topic import (
 )
 from schemas.errors import CorruptLog, HistoryError, InvalidBatch, InvalidConfiguration, LogUnavailable
 from schemas.positions import LogPosition
+from schemas.records import partition_for_key
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",

@@ -12,29 +12,25 @@ directory and its first, empty segment durable *before* it writes ``meta.json`` 
   opening completes it. Absent with anything else in a partition directory (``HAS_DATA``)
   is a log that lost its ``meta.json``: corruption.
 
-Kinds of directory are decided here once, for ``FileLog`` and ``verify`` alike.
+Kinds of directory are decided here once, for ``FileLog`` and ``verify`` alike; the meta file
+itself is read and written by ``engine.log.meta``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 from enum import Enum
 from pathlib import Path
 
 from engine.log import format as fmt
+from engine.log import meta as meta_file
 from engine.log.segment import fsync_dir
 from schemas.errors import CorruptLog, LogUnavailable
 
-__all__ = ["META_FORMAT", "META_VERSION", "Contents", "contents", "create", "missing", "open_or_create",
-           "read_partitions"]
+__all__ = ["Contents", "contents", "create", "missing", "open_or_create"]
 
 logger = logging.getLogger("engine.log.file")
-
-META_FORMAT = "histlog-filelog"
-META_VERSION = 1
-
 
 class Contents(Enum):
     """What a FileLog directory *without* ``meta.json`` holds."""
@@ -85,34 +81,12 @@ def create(root: Path, partitions: int) -> None:
         os.close(os.open(first, os.O_WRONLY | os.O_CREAT, 0o644))
         fsync_dir(pdir)  # the empty first segment is durable
     fsync_dir(root)  # every partition directory is durable before meta.json can exist
-    meta = fmt.meta_path(root)
-    tmp = meta.with_suffix(".tmp")
-    body = json.dumps({"format": META_FORMAT, "version": META_VERSION, "partitions": partitions}).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, body)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, meta)
-    fsync_dir(root)
-    fsync_dir(root.resolve().parent)  # and the log directory itself
-
-
-def read_partitions(root: Path) -> int:
-    """The partition count in ``root/meta.json``. Raises ``OSError`` or ``ValueError``."""
-    data = json.loads(fmt.meta_path(root).read_bytes())
-    if not isinstance(data, dict) or data.get("format") != META_FORMAT:
-        raise ValueError(f"format {data.get('format') if isinstance(data, dict) else data!r}")
-    stored = data.get("partitions")
-    if not isinstance(stored, int) or isinstance(stored, bool) or stored < 1:
-        raise ValueError(f"partitions {stored!r}")
-    return stored
+    meta_file.write(root, partitions)
 
 
 def missing(root: Path) -> bool:
     """True when ``root`` holds no log yet (nothing, or an interrupted creation); read-only."""
-    return not fmt.meta_path(root).exists() and contents(root) is not Contents.HAS_DATA
+    return not meta_file.exists(root) and contents(root) is not Contents.HAS_DATA
 
 
 def open_or_create(root: Path, partitions: int) -> bool:
@@ -123,7 +97,7 @@ def open_or_create(root: Path, partitions: int) -> bool:
     partition count (it is fixed at creation).
     """
     meta = fmt.meta_path(root)
-    if not meta.exists():
+    if not meta_file.exists(root):
         found = contents(root)
         if found is Contents.HAS_DATA:
             raise CorruptLog(f"file log {root} has partition directories but no {meta.name}; restore it "
@@ -135,7 +109,7 @@ def open_or_create(root: Path, partitions: int) -> bool:
         create(root, partitions)
         return True
     try:
-        stored = read_partitions(root)
+        stored = meta_file.read_partitions(root)
     except (OSError, ValueError) as exc:
         raise CorruptLog(f"{meta} is unreadable ({exc}); restore it from a backup", reason="bad meta") from exc
     if stored != partitions:

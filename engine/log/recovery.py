@@ -9,7 +9,7 @@ state's checkpoints) turns a short log into a finding: with ``strict`` (``fsync=
 where an acknowledged record was on disk) it is ``CorruptLog``; without, a power loss can
 explain it, so it is reported as ``LostRecords`` for the caller to rebuild from.
 
-The same checks serve reads of older segments (``index_older``, ``corrupt``,
+The same checks serve reads (``records``) and older segments (``index_older``, ``corrupt``,
 ``expect_offset``), so every ``CorruptLog`` about segment bytes is worded in one place.
 """
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.log import format as fmt
+from engine.log.base import Record
 from engine.log.segment import Damage, Frame, scan
 from schemas.errors import CorruptLog
 from schemas.positions import LogPosition
@@ -180,6 +181,22 @@ class Recovery:
             f"{damage.position}: {damage.reason} ({len(damage.data)} bytes, {why}). This is corruption, "
             "not a torn write: run the verify tool (histlog log verify) and restore the segment from "
             "a backup; nothing was changed", reason=damage.reason, position=None)
+
+    def records(self, partition: int, seg: Segment, data: bytes, offset: int, count: int,
+                position: int) -> list[Record]:
+        """The ``count`` records from ``offset`` in ``data``, read from byte ``position`` of an
+        indexed segment, each checked (CRC, offset); any damage or a short read is corruption."""
+        out: list[Record] = []
+        for item in scan(data, expected_offset=offset, base_position=position):
+            if isinstance(item, Damage):
+                raise self.corrupt(partition, seg, item, "found while reading")
+            self.expect_offset(partition, seg, item, offset + len(out))
+            out.append(Record(partition, item.offset, item.timestamp_ms, item.key, item.value, item.headers))
+        if len(out) != count:
+            raise CorruptLog(f"file log {self.root}: partition {partition} segment {seg.path.name}: "
+                             f"expected {count} records at byte {position}, read {len(out)}; run the "
+                             "verify tool", reason="short read", position=LogPosition(partition, offset))
+        return out
 
     def index_older(self, partition: int, seg: Segment, next_base: int) -> array[int]:
         """Index (and check) an older segment on first read: any damage is corruption."""

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Literal
 
 from engine.log import format as fmt
-from engine.log import layout
+from engine.log import layout, meta
 from engine.log.segment import Damage, Frame, scan
 
 __all__ = ["Problem", "SegmentReport", "VerifyReport", "verify"]
@@ -122,7 +122,7 @@ def verify(path: str | os.PathLike[str], acknowledged: Sequence[int] | None = No
     root = Path(path)
     report = VerifyReport(root)
     try:
-        report.partitions = layout.read_partitions(root)
+        report.partitions = meta.read_partitions(root)
         has_meta = True
     except (OSError, ValueError) as exc:
         has_meta = False

@@ -1,0 +1,94 @@
+"""The wire contracts by their bytes: the log record key and partitioner (``schemas.records``)
+and the RocksDB key layout (``projections.keys``). A byte changed here is a format change."""
+
+from __future__ import annotations
+
+import pytest
+
+from projections import keys
+from projections.custom import keyspace
+from schemas.records import KEY_SEPARATOR, partition_for_key, record_key, record_key_bytes
+
+# Kafka's own test vectors for murmur2 (UtilsTest.testMurmur2, as Java ints).
+KAFKA_MURMUR2 = [
+    (b"21", -973932308),
+    (b"foobar", -790332482),
+    (b"a-little-bit-long-string", -985981536),
+    (b"a-little-bit-longer-string", -1486304829),
+    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+    (b"abc", 479470107),
+]
+
+
+def test_record_key_bytes() -> None:
+    assert KEY_SEPARATOR == b"\x1f"
+    assert record_key("conv-1", "a1") == b"conv-1\x1fa1"
+    assert record_key("conv-1") == b"conv-1\x1f"  # a clear: empty append id
+    assert record_key("ü", "ß") == "ü".encode() + b"\x1f" + "ß".encode()
+    assert record_key_bytes(b"c", b"a") == record_key("c", "a")
+
+
+@pytest.mark.parametrize(("conversation", "java_hash"), KAFKA_MURMUR2)
+@pytest.mark.parametrize("partitions", [2, 3, 7, 12])
+def test_partition_is_javas_default_partitioner(conversation: bytes, java_hash: int, partitions: int) -> None:
+    expected = (java_hash & 0x7FFFFFFF) % partitions  # Utils.toPositive(murmur2(bytes)) % n
+    for append_id in (b"", b"append-1", b"x\x1fy"):
+        assert partition_for_key(conversation + b"\x1f" + append_id, partitions) == expected
+
+
+def test_the_example_of_docs_events_md() -> None:
+    key = record_key("support/42", "a-1")
+    assert key == bytes.fromhex("73 75 70 70 6f 72 74 2f 34 32 1f 61 2d 31")
+    assert partition_for_key(key, 3) == 221559865 % 3 == 1
+
+
+def test_one_partition_takes_everything() -> None:
+    assert partition_for_key(b"anything\x1fa", 1) == 0
+
+
+def test_every_key_keeps_its_bytes() -> None:
+    c = b"conv"
+    ord8 = (3).to_bytes(8, "big")
+    assert keys.STATE_FORMAT == b"4"
+    assert keys.conv_key(c) == b"Cconv"
+    assert keys.read_conv_key(b"Cconv") == c
+    assert keys.receipt_key(c, b"a/1") == b"Rconv\x1fa/1"
+    assert keys.read_receipt_key(b"Rconv\x1fa/1") == (c, b"a/1")
+    assert keys.message_key(c, 3) == b"Mconv\x1f" + ord8
+    assert keys.system_key(c, 3) == b"Sconv\x1f" + ord8
+    assert keys.source_key(c, 3) == b"Nconv\x1f" + ord8
+    assert keys.aggregate_key(c, 3) == b"Aconv\x1f" + ord8
+    assert keys.turn_key(c, 3) == b"Tconv\x1f" + ord8
+    assert keys.read_key_u64(keys.turn_key(c, 3)) == keys.read_key_u64(keys.message_key(c, 3)) == 3
+    assert keys.hidden_key(c, 3, 4) == b"Hconv\x1f" + ord8 + (4).to_bytes(8, "big")
+    assert keys.checkpoint_key("core", 2) == b"Pcore\x00" + (2).to_bytes(4, "big")
+    assert keys.poison_key(2, 9) == b"Q" + (2).to_bytes(4, "big") + (9).to_bytes(8, "big")
+    assert keys.read_poison_key(keys.poison_key(2, 9)) == (2, 9)
+    assert keys.meta_key("format") == keys.FORMAT_KEY == b"mformat"
+    assert keys.IDENTITY_KEY == b"midentity"
+    assert keys.STATS_KEY == b"X"
+
+
+def test_ranges_keep_their_bounds() -> None:
+    assert keys.conv_range(keys.MESSAGE, b"c") == (b"Mc\x1f", b"Mc\x20")
+    assert keys.conversation_ranges(b"c") == [(p + b"c\x1f", p + b"c\x20") for p in (b"M", b"N", b"A", b"S", b"T",
+                                                                                        b"H", b"R")]
+    assert (keys.RECEIPT_PREFIX, keys.RECEIPT_END) == (b"R", b"S")
+    assert keys.conversations_range() == (b"C", b"D")
+    assert keys.poison_range() == (b"Q", b"R")
+    assert keys.checkpoint_range("core") == (b"Pcore\x00", b"Pcore\x01")
+    assert keys.custom_keyspace("n") == keyspace("n") == (b"Un\x00", b"Un\x01")
+
+
+@pytest.mark.parametrize(("prefix", "end"),
+                         [(b"a", b"b"), (b"a\xff", b"b"), (b"ab\xff\xff", b"ac"), (b"U\x00", b"U\x01")])
+def test_prefix_end_is_the_least_key_after_the_prefix(prefix: bytes, end: bytes) -> None:
+    assert keys.prefix_end(prefix) == end
+    assert all(k < end for k in (prefix, prefix + b"\x00", prefix + b"\xff" * 3))
+    assert not end.startswith(prefix)
+
+
+@pytest.mark.parametrize("prefix", [b"", b"\xff", b"\xff\xff"])
+def test_prefix_end_refuses_a_prefix_no_key_bounds(prefix: bytes) -> None:
+    with pytest.raises(ValueError, match="no key is greater"):
+        keys.prefix_end(prefix)
