@@ -37,7 +37,7 @@ from typing import ClassVar
 
 from projections.events import ProjectedEvent
 from projections.store import StateStore, Tx
-from schemas.errors import HistoryError
+from schemas.errors import InvalidProjection
 
 __all__ = ["Projection", "ProjectionTx", "ProjectionView", "check_name", "keyspace"]
 
@@ -48,12 +48,12 @@ RESERVED = {"core"}
 def check_name(name: object) -> str:
     """A projection name: a non-empty str without NUL/control characters, at most 200 bytes."""
     if not isinstance(name, str) or not name:
-        raise HistoryError(f"a projection needs a non-empty str `name`, got {name!r}")
+        raise InvalidProjection(f"a projection needs a non-empty str `name` class attribute, got {name!r}")
     if any(ord(ch) < 0x20 for ch in name) or len(name.encode("utf-8")) > _MAX_NAME_BYTES:
-        raise HistoryError(f"projection name {name!r} must have no control characters and at most "
+        raise InvalidProjection(f"projection name {name!r} must have no control characters and at most "
                            f"{_MAX_NAME_BYTES} UTF-8 bytes")
     if name in RESERVED:
-        raise HistoryError(f"projection name {name!r} is reserved; choose another")
+        raise InvalidProjection(f"projection name {name!r} is reserved; choose another")
     return name
 
 
