@@ -1,4 +1,4 @@
-"""``HistoryEngine``: the public facade over a log and the projector (DESIGN.md §1, §4).
+"""``HistoryEngine``: the public facade over a log and the projector (docs/design.md §1, §4).
 Long (≈540 lines) because it is the documented public surface: one method per row of the API
 contract, each with the docstring that states its promise; argument rules, refusals and the
 opening of the log and state live in ``engine.arguments``, ``engine.refusals``, ``engine.state``.
@@ -183,7 +183,7 @@ class HistoryEngine:
     EMPTY = EMPTY
 
     def append(self, batch: Batch, timeout: float = 30.0, *, expected_last: Receipt | Empty | None = None) -> Receipt:
-        """Append a batch atomically and idempotently; see API.md for every outcome.
+        """Append a batch atomically and idempotently; docs/design.md §4 lists every outcome.
 
         ``expected_last``: a ``Receipt`` (the conversation's last accepted append must be that
         one) or ``EMPTY`` (it must have none), decided by admission in log order; otherwise

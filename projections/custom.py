@@ -15,7 +15,7 @@ Subclass ``Projection``, give it a stable ``name`` and an ``apply(event, tx)``::
                 n -= len(event.hidden_seqs)
             tx.put(key, str(n).encode())
 
-Promises (API.md "projections — custom projections"):
+Promises (docs/design.md §5.4; the README's "Writing a custom projection"):
 
 * ``apply`` sees only accepted events (``BatchEvent``, ``ClearEvent``, ``TurnReplacedEvent``),
   each once, in log order per partition; duplicates, conflicts, rejected appends, refused

@@ -1,4 +1,4 @@
-"""The facade conformance suite: every rule of API.md's ``HistoryEngine`` and of the reference
+"""The facade conformance suite: every rule of ``HistoryEngine`` (README, docs/design.md) and of the reference
 design, stated once and run by every backend (subclass ``FacadeContract`` and provide the
 ``backend`` fixture: an object with ``open() -> HistoryEngine`` on the same log every time, and
 ``drop_state()`` that deletes this instance's state so the next ``open`` rebuilds it)."""
@@ -424,7 +424,7 @@ def _in_log_order_per_partition(calls: list[Delivery]) -> bool:
 
 
 class ProjectionContract:
-    """Custom projections (API.md): the same rules on every backend."""
+    """Custom projections (docs/design.md §5.4): the same rules on every backend."""
 
     @pytest.fixture
     def backend(self) -> Backend:

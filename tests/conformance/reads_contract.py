@@ -81,7 +81,7 @@ def is_interrupted(message: Message) -> bool:
 
 
 def expected_positions(messages: Sequence[Message]) -> list[HistoryPosition]:
-    """Positions of a conversation's messages in stored order (API.md ``HistoryPosition``)."""
+    """Positions of a conversation's messages in stored order (``HistoryPosition``, docs/design.md §5.3)."""
     turn, out = 0, []
     for seq, m in enumerate(messages, 1):
         if m.role == Role.USER:
@@ -315,7 +315,7 @@ def seqs(load: HistoryLoad[StoredMessage]) -> tuple[list[int], bool]:
 
 
 class ReadsContract:
-    """Read projections (API.md ``read_within_bytes``, ``turn_sources``, ``measure``,
+    """Read projections (docs/design.md §5.2: ``read_within_bytes``, ``turn_sources``, ``measure``,
     ``window``, ``entries``) equal the reference model on every backend."""
 
     examples = 40

@@ -1,6 +1,6 @@
 """A reference model of turns (issue 7) in plain Python: what every backend must show.
 
-It re-implements the rules from API.md and docs/events.md independently of ``projections/``
+It re-implements the rules of docs/design.md §4-§5 and docs/events.md independently of ``projections/``
 (no import from there): turn positions, turn replacement, ``expected_last`` preconditions,
 clears, and every read (``entries``, ``window``, ``read_within_bytes``, ``turn_sources``,
 ``measure``, ``turn``, ``latest_turn``, ``latest_interrupted_checkpoint``). Only the data model
