@@ -123,6 +123,15 @@ def test_missing_topic_without_create_is_refused(kafka_bootstrap: str, kafka_top
     assert "--partitions 3" in str(info.value) and "retention.ms=-1" in str(info.value)
 
 
+def test_a_replication_factor_beyond_the_cluster_is_refused(kafka_bootstrap: str, kafka_topic: str) -> None:
+    """N brokers cannot hold N + 1 replicas: a typed refusal that names the fix, not a Kafka error."""
+    with admin_client(kafka_bootstrap) as admin:
+        too_many = len(admin.describe_cluster()["brokers"]) + 1
+    with pytest.raises(TopicRefused, match=f"replication factor {too_many}") as info:
+        KafkaLog(kafka_bootstrap, kafka_topic, partitions=1, replication_factor=too_many)
+    assert "lower replication_factor or add brokers" in str(info.value)
+
+
 def test_check_topic_configs_accepts_infinite_delete() -> None:
     check_topic_configs("t", {"retention.ms": "-1", "retention.bytes": "-1", "cleanup.policy": "delete"})
 
