@@ -1,4 +1,4 @@
-"""``HistoryEngine``: the public facade over a log and the projector (DESIGN.md §1, §4).
+"""``HistoryEngine``: the public facade over a log and the projector (docs/design.md §1, §4).
 Long (≈540 lines) because it is the documented public surface: one method per row of the API
 contract, each with the docstring that states its promise; argument rules, refusals and the
 opening of the log and state live in ``engine.arguments``, ``engine.refusals``, ``engine.state``.
@@ -32,12 +32,14 @@ from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, Sto
 from schemas.errors import (
     CommitUnconfirmed,
     CorruptLog,
-    HistoryError,
+    EngineClosed,
     InvalidBatch,
     InvalidConfiguration,
+    InvalidProjection,
     InvalidWindow,
     LogUnavailable,
     NotFound,
+    ProjectionError,
     StateUnavailable,
 )
 from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event
@@ -181,7 +183,7 @@ class HistoryEngine:
     EMPTY = EMPTY
 
     def append(self, batch: Batch, timeout: float = 30.0, *, expected_last: Receipt | Empty | None = None) -> Receipt:
-        """Append a batch atomically and idempotently; see API.md for every outcome.
+        """Append a batch atomically and idempotently; docs/design.md §4 lists every outcome.
 
         ``expected_last``: a ``Receipt`` (the conversation's last accepted append must be that
         one) or ``EMPTY`` (it must have none), decided by admission in log order; otherwise
@@ -459,7 +461,7 @@ class HistoryEngine:
         """
         self._check_open()
         if not isinstance(projection, Projection):
-            raise HistoryError(f"register() takes a projections.Projection, got {type(projection).__name__}")
+            raise InvalidProjection(f"register() takes a projections.Projection, not {type(projection).__name__}")
         self._projections[projection.name] = projection
         if wait:
             self._projector.register(projection, self._log.read, progress=progress)
@@ -487,7 +489,7 @@ class HistoryEngine:
         self._check_open()
         error = self._projector.projection_errors.get(name)
         if error is not None:
-            raise HistoryError(f"projection {name!r} stopped after an error ({error!r}); "
+            raise ProjectionError(f"projection {name!r} stopped after an error ({error!r}); "
                                "fix it and register() it again (it resumes from its checkpoint)")
         if name not in self._projections and not self._projector.has_checkpoint(name):
             raise NotFound(f"no projection named {name!r} in this state; register() it first")
@@ -508,7 +510,7 @@ class HistoryEngine:
         follows the log: fail-stop, so nothing is written that could not be decided, and nothing
         stale is served). ``stats``, ``poison`` and ``close`` still work."""
         if self._closed:
-            raise HistoryError("this HistoryEngine is closed; open a new one")
+            raise EngineClosed("this HistoryEngine is closed; open a new one (HistoryEngine.open)")
         failed = self._projector.failed()
         if failed is not None:
             raise failed

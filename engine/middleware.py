@@ -1,5 +1,5 @@
 """``HistoryMiddleware``: wrap a chat model so history is read and written around each call
-(DESIGN.md §6, API.md "contract pieces"). Long (≈580 lines) because the sync and asyncio flows
+(docs/design.md §6, docs/middleware.md). Long (≈580 lines) because the sync and asyncio flows
 are still written twice; writing the flow once, as steps run by a sync and an async driver,
 removes about half of it.
 

@@ -21,6 +21,7 @@ built from another log (identity differs)              ``InvalidConfiguration``;
 ahead of a durable log                                 ``CorruptLog``; kept (unless ``accept_log_loss``)
 ahead of a log that may lose its tail (fsync never)    destroyed and rebuilt (warning)
 scratch replay states left by a killed ``register``    deleted
+to be deleted (a row above) but the delete fails       ``StateUnavailable`` naming it; not retried
 =====================================================  ==============================================
 """
 

@@ -1,4 +1,4 @@
-"""``WindowReader``: a read projection over any reader (API.md)."""
+"""``WindowReader``: a read projection over any reader (docs/design.md §5.2)."""
 
 from __future__ import annotations
 

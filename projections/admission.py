@@ -1,4 +1,4 @@
-"""Admission: the dedup projector (DESIGN.md §4), a pure function of the log prefix.
+"""Admission: the dedup projector (docs/design.md §4), a pure function of the log prefix.
 
 Applied to each record in log order, per partition, deterministically, so every instance that
 consumes the same log reaches the same decisions:

@@ -15,7 +15,7 @@ Subclass ``Projection``, give it a stable ``name`` and an ``apply(event, tx)``::
                 n -= len(event.hidden_seqs)
             tx.put(key, str(n).encode())
 
-Promises (API.md "projections — custom projections"):
+Promises (docs/design.md §5.4; the README's "Writing a custom projection"):
 
 * ``apply`` sees only accepted events (``BatchEvent``, ``ClearEvent``, ``TurnReplacedEvent``),
   each once, in log order per partition; duplicates, conflicts, rejected appends, refused
@@ -38,7 +38,7 @@ from typing import ClassVar
 from projections import keys
 from projections.events import ProjectedEvent
 from projections.store import StateStore, Tx
-from schemas.errors import HistoryError
+from schemas.errors import InvalidProjection
 
 __all__ = ["Projection", "ProjectionTx", "ProjectionView", "check_name", "keyspace"]
 
@@ -49,12 +49,12 @@ RESERVED = {"core"}
 def check_name(name: object) -> str:
     """A projection name: a non-empty str without NUL/control characters, at most 200 bytes."""
     if not isinstance(name, str) or not name:
-        raise HistoryError(f"a projection needs a non-empty str `name`, got {name!r}")
+        raise InvalidProjection(f"a projection needs a non-empty str `name` class attribute, got {name!r}")
     if any(ord(ch) < 0x20 for ch in name) or len(name.encode("utf-8")) > _MAX_NAME_BYTES:
-        raise HistoryError(f"projection name {name!r} must have no control characters and at most "
+        raise InvalidProjection(f"projection name {name!r} must have no control characters and at most "
                            f"{_MAX_NAME_BYTES} UTF-8 bytes")
     if name in RESERVED:
-        raise HistoryError(f"projection name {name!r} is reserved; choose another")
+        raise InvalidProjection(f"projection name {name!r} is reserved; choose another")
     return name
 
 

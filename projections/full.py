@@ -3,7 +3,7 @@ the window, budget, turn-source, measure and cursor reads need (system messages,
 sources, running sums, each turn's first message) and the summary row; the hidden messages of
 replaced turns by position. ``keys`` explains why the visible rows are keyed by ordinal.
 
-Turn rule (API.md ``HistoryPosition``): the turn position advances at every user message and is
+Turn rule (``HistoryPosition``, docs/design.md §5.3): the turn position advances at every user message and is
 0 before the first one. A turn group starts at each user message, or at the first non-system
 message when that is not a user message.
 """

@@ -323,7 +323,7 @@ class Reads:
 
     def within_bytes(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None,
                      unit: Unit) -> HistoryLoad[StoredMessage]:
-        """The byte-budgeted window (API.md ``read_within_bytes``) in O(window)."""
+        """The byte-budgeted window (``read_within_bytes``, docs/design.md §5.2) in O(window)."""
         rows, truncated = self._budget(conv, max_bytes, after, before, unit, keys.message_key, _message_head)
         return HistoryLoad([_stored(keys.MessageRow.decode(v)) for v in rows], truncated)
 

@@ -29,7 +29,7 @@ from projections.custom import Projection, ProjectionTx, check_name, keyspace
 from projections.events import ProjectedEvent
 from projections.store import DamagedState, StateStore, Tx
 from schemas.batch import Batch
-from schemas.errors import HistoryError, StateUnavailable
+from schemas.errors import DuplicateProjection, LogUnavailable, ProjectionError, StateUnavailable
 from schemas.positions import LogPosition
 
 __all__ = ["CORE", "CursorLike", "Projector", "RecordLike", "checkpoints", "scratch_prefix"]
@@ -230,7 +230,7 @@ class Projector:
             if name in self._live:
                 if self._live[name] is projection:
                     return
-                raise HistoryError(f"a projection named {name!r} is already registered; names must be unique")
+                raise DuplicateProjection(f"a projection named {name!r} is already registered; choose another name")
         self.projection_errors.pop(name, None)
         scratch_dir = Path(tempfile.mkdtemp(prefix=scratch_prefix(self.store.path), dir=self.store.path.parent))
         scratch = StateStore(scratch_dir)
@@ -255,7 +255,7 @@ class Projector:
                         # A broker may answer empty for a moment (leader change): retry, bounded.
                         empty_reads += 1
                         if empty_reads > _EMPTY_READS:
-                            raise HistoryError(f"the log has no records at {p}:{done[p]} although they "
+                            raise LogUnavailable(f"the log has no records at {p}:{done[p]} although they "
                                                "were applied; is the log reachable, and is this state "
                                                "from this log?")
                         with self._cond:
@@ -284,7 +284,7 @@ class Projector:
                     projection.apply(event, ptx)
                 except Exception as e:
                     self.projection_errors[name] = e
-                    raise HistoryError(f"custom projection {name!r} failed at {event.position}: {e!r}; "
+                    raise ProjectionError(f"custom projection {name!r} failed at {event.position}: {e!r}; "
                                        "fix it and register it again (it resumes from its checkpoint)") from e
         last = records[-1]
         if last.offset + 1 > start:

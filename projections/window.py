@@ -1,4 +1,4 @@
-"""The message-count window (API.md ``WindowReader``), as a pure function and as its O(limit)
+"""The message-count window (``WindowReader``, docs/design.md §5.2), as a pure function and as its O(limit)
 projection query share one definition of "merged system message" and "turn"."""
 
 from __future__ import annotations

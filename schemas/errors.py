@@ -10,6 +10,11 @@ The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
     ├── InvalidReceipt          (ValueError)  a receipt does not name the batch it is checked against
     ├── InvalidWindow           (ValueError)  window limit <= 0
     ├── InvalidConfiguration    (ValueError)  a bad open()/CLI setting (address, path, timeout...)
+    │   └── TopicRefused                      the Kafka topic cannot be used as asked (retention, partitions...)
+    ├── InvalidProjection       (ValueError)  register() got no Projection, or a bad or reserved name
+    │   └── DuplicateProjection               another projection already has that name
+    ├── ProjectionError                       a custom projection's apply() failed; it stopped
+    ├── EngineClosed                          the HistoryEngine was closed; open a new one
     ├── AppendConflict                        the append id already names other content
     ├── ConversationClosed                    the conversation was cleared; use a new id
     ├── NotFound                (LookupError) an unknown or hidden message / turn
@@ -39,18 +44,23 @@ __all__ = [
     "CommitUnconfirmed",
     "ConversationClosed",
     "CorruptLog",
+    "DuplicateProjection",
+    "EngineClosed",
     "HistoryError",
     "InvalidAppendID",
     "InvalidBatch",
     "InvalidConfiguration",
     "InvalidConversationID",
     "InvalidMessage",
+    "InvalidProjection",
     "InvalidReceipt",
     "InvalidWindow",
     "LogUnavailable",
     "NotFound",
     "PreconditionFailed",
+    "ProjectionError",
     "StateUnavailable",
+    "TopicRefused",
     "TurnNotReplaceable",
     "WindowTooSmall",
 ]
@@ -87,6 +97,34 @@ class InvalidWindow(HistoryError, ValueError):
 class InvalidConfiguration(HistoryError, ValueError):
     """A setting given to ``open`` or the CLI is invalid (a malformed Kafka address, a data
     directory that is a file, a negative or NaN timeout...); nothing was opened or written."""
+
+
+class TopicRefused(InvalidConfiguration):
+    """The Kafka topic cannot be used as asked: it is missing and ``create=False``, it has another
+    partition count than requested, its retention or cleanup policy would lose or compact history,
+    or the cluster cannot give the replication factor. The message names the setting and the
+    command that fixes it; nothing was written."""
+
+
+class InvalidProjection(HistoryError, ValueError):
+    """``register`` was given something that is not a ``projections.Projection``, or a projection
+    whose ``name`` is empty, too long, has control characters or is reserved; nothing was run."""
+
+
+class DuplicateProjection(InvalidProjection):
+    """Another projection object is already registered under the same ``name``: names key the
+    projection's state and checkpoints, so they must be unique; choose another name."""
+
+
+class ProjectionError(HistoryError):
+    """A custom projection's ``apply`` raised (``__cause__`` is its error): the projection stopped
+    at that event, the history and the other projections go on. Fix it and ``register`` it again
+    (it resumes from its checkpoint)."""
+
+
+class EngineClosed(HistoryError):
+    """The ``HistoryEngine`` was closed; every later call but ``close`` raises this. Open a new
+    engine (``HistoryEngine.open``)."""
 
 
 class AppendConflict(HistoryError):

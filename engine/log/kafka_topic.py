@@ -24,7 +24,7 @@ from typing import Any
 import kafka.errors as kerr
 from kafka.admin import ConfigResource, ConfigResourceType
 
-from schemas.errors import HistoryError, InvalidConfiguration
+from schemas.errors import InvalidConfiguration, TopicRefused
 
 __all__ = [
     "CLIENT_TUNING",
@@ -123,7 +123,7 @@ def check_topic_configs(topic: str, configs: Mapping[str, str], bootstrap: str =
     """Refuse topic settings that would make replay lie (lost or compacted history).
 
     ``configs`` maps setting names to their effective values (``describe_configs(...,
-    config_filter="all")``). Raises ``HistoryError`` naming the setting and the fix.
+    config_filter="all")``). Raises ``TopicRefused`` naming the setting and the fix.
     """
     problems: list[str] = []
     for name in ("retention.ms", "retention.bytes"):
@@ -145,7 +145,7 @@ def check_topic_configs(topic: str, configs: Mapping[str, str], bootstrap: str =
             f"histlog needs cleanup.policy=delete with infinite retention); "
             f"fix: {_alter_hint(bootstrap, topic, 'cleanup.policy=delete')}")
     if problems:
-        raise HistoryError(f"refusing Kafka topic {topic!r}: " + "; ".join(problems)
+        raise TopicRefused(f"refusing Kafka topic {topic!r}: " + "; ".join(problems)
                            + ". A log that loses or compacts records cannot be replayed.")
 
 
@@ -196,11 +196,11 @@ def _visible_after_creation(admin: Any, topic: str, timeout_ms: int) -> tuple[in
 def ensure_topic(admin: Any, *, topic: str, bootstrap: str, partitions: int | None, create: bool,
                  replication_factor: int, max_record_bytes: int, timeout_ms: int) -> TopicInfo:
     """Find or create ``topic`` and check it (see the module docstring). kafka-python errors
-    propagate unchanged (the caller translates them); refusals are ``HistoryError``."""
+    propagate unchanged (the caller translates them); refusals are ``TopicRefused``."""
     found = _describe(admin, topic)
     if found is None:
         if not create:
-            raise HistoryError(
+            raise TopicRefused(
                 f"Kafka topic {topic!r} does not exist at {bootstrap} and create=False; create it "
                 f"with {creation_hint(bootstrap, topic, partitions or 1, replication_factor)} "
                 "or pass create=True.")
@@ -217,13 +217,13 @@ def ensure_topic(admin: Any, *, topic: str, bootstrap: str, partitions: int | No
         except kerr.TopicAlreadyExistsError:
             pass  # another instance won the race: check it like any existing topic
         except kerr.InvalidReplicationFactorError as exc:
-            raise HistoryError(
+            raise TopicRefused(
                 f"cannot create Kafka topic {topic!r} with replication factor {replication_factor}: "
                 f"{exc}; the cluster has fewer brokers, lower replication_factor or add brokers.") from exc
         found = _visible_after_creation(admin, topic, timeout_ms)
     actual, topic_id = found
     if partitions is not None and actual != partitions:
-        raise HistoryError(
+        raise TopicRefused(
             f"Kafka topic {topic!r} has {actual} partitions but {partitions} were requested; "
             f"histlog places each conversation by murmur2(conversation id) % partitions, so a "
             f"different count would move conversations and break their order. Open it with "

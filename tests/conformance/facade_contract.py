@@ -1,4 +1,4 @@
-"""The facade conformance suite: every rule of API.md's ``HistoryEngine`` and of the reference
+"""The facade conformance suite: every rule of ``HistoryEngine`` (README, docs/design.md) and of the reference
 design, stated once and run by every backend (subclass ``FacadeContract`` and provide the
 ``backend`` fixture: an object with ``open() -> HistoryEngine`` on the same log every time, and
 ``drop_state()`` that deletes this instance's state so the next ``open`` rebuilds it)."""
@@ -32,6 +32,7 @@ from schemas import (
     ToolResultPart,
     WindowTooSmall,
 )
+from tests.conformance.turns_model import reference_window
 
 
 class Backend(Protocol):
@@ -255,19 +256,34 @@ class FacadeContract:
 
     # -- windows -------------------------------------------------------------------------------
     def test_window_matches_window_reader(self, engine: HistoryEngine) -> None:
-        engine.append(Batch("w", "s0", [Message.system("rule one")]))
+        """``engine.window`` and ``WindowReader`` (over the engine and over a plain reader) all
+        equal the reference model's window of what was appended, for every limit."""
+        appended = [Batch("w", "s0", [Message.system("rule one")])]
         for i in range(6):
             system = f"rule {i}" if i == 3 else None
-            engine.append(turn("w", f"a{i}", f"q{i}", tool=i % 2 == 1, system=system))
+            appended.append(turn("w", f"a{i}", f"q{i}", tool=i % 2 == 1, system=system))
+        for b in appended:
+            engine.append(b)
+        messages = [m for b in appended for m in b.messages]
+        plain = _ListReader(messages)
+        fitted = 0
         for limit in range(1, 25):
             try:
-                expected = WindowReader(engine, limit).read("w")
+                expected = reference_window(messages, limit)
             except WindowTooSmall:
                 with pytest.raises(WindowTooSmall):
                     engine.window("w", limit)
+                with pytest.raises(WindowTooSmall):
+                    WindowReader(engine, limit).read("w")
+                with pytest.raises(WindowTooSmall):
+                    WindowReader(plain, limit).read("w")
                 continue
+            fitted += 1
             assert engine.window("w", limit) == expected, limit
+            assert WindowReader(engine, limit).read("w") == expected, limit
+            assert WindowReader(plain, limit).read("w") == expected, limit
             assert len(expected) <= limit
+        assert 0 < fitted < 24  # both outcomes were met
 
     def test_window_keeps_whole_turns_and_merges_system_messages(self, engine: HistoryEngine) -> None:
         engine.append(Batch("w", "s0", [Message.system("A"), Message.system("B")]))
@@ -317,6 +333,16 @@ class FacadeContract:
 
 
 # -- custom projections ------------------------------------------------------------------------
+class _ListReader:
+    """A ``Reader`` that is not an engine: ``WindowReader`` windows its ``read`` itself."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+
+    def read(self, conversation_id: str) -> list[Message]:
+        return list(self.messages)
+
+
 class Recorder(Projection):
     """Counts messages per conversation and records the order of every event it sees."""
 
@@ -398,7 +424,7 @@ def _in_log_order_per_partition(calls: list[Delivery]) -> bool:
 
 
 class ProjectionContract:
-    """Custom projections (API.md): the same rules on every backend."""
+    """Custom projections (docs/design.md §5.4): the same rules on every backend."""
 
     @pytest.fixture
     def backend(self) -> Backend:

@@ -51,6 +51,7 @@ from schemas import (
     WindowTooSmall,
 )
 from tests.conformance.facade_contract import Backend
+from tests.conformance.turns_model import reference_window
 
 START = HistoryPosition.START
 Unit = Literal["turn", "message"]
@@ -62,7 +63,6 @@ __all__ = [
     "is_interrupted",
     "reference_measure",
     "reference_turn_sources",
-    "reference_window",
     "reference_within_bytes",
 ]
 
@@ -81,7 +81,7 @@ def is_interrupted(message: Message) -> bool:
 
 
 def expected_positions(messages: Sequence[Message]) -> list[HistoryPosition]:
-    """Positions of a conversation's messages in stored order (API.md ``HistoryPosition``)."""
+    """Positions of a conversation's messages in stored order (``HistoryPosition``, docs/design.md §5.3)."""
     turn, out = 0, []
     for seq, m in enumerate(messages, 1):
         if m.role == Role.USER:
@@ -136,41 +136,6 @@ def reference_measure(entries: Sequence[StoredMessage], after: HistoryPosition =
     """Messages, content bytes and distinct turn positions of the messages after ``after``."""
     rest = select(entries, after, None)
     return Measure(len(rest), sum(len(content_json(e.message)) for e in rest), len({e.position.turn for e in rest}))
-
-
-def reference_window(messages: Sequence[Message], limit: int) -> list[Message]:
-    """API.md ``WindowReader``: one merged leading system message, then the longest suffix of
-    whole turns (a turn starts at each user message, or at the first non-system message) that
-    fits ``limit``; ``WindowTooSmall`` when not even the newest turn fits."""
-    system = [m for m in messages if m.role == Role.SYSTEM]
-    turns: list[list[Message]] = []
-    for m in messages:
-        if m.role == Role.SYSTEM:
-            continue
-        if m.role == Role.USER or not turns:
-            turns.append([m])
-        else:
-            turns[-1].append(m)
-    merged: list[Message] = []
-    if system:
-        parts: list[Any] = []
-        metadata: dict[str, Any] = {}
-        for i, m in enumerate(system):
-            if i:
-                parts.append(TextPart("\n\n"))
-            parts.extend(m.parts)
-            metadata.update(m.metadata)
-        merged = [Message(Role.SYSTEM, parts, metadata)]
-    room = limit - len(merged)
-    chosen: list[Message] = []
-    for t in reversed(turns):
-        if len(t) > room:
-            break
-        chosen = t + chosen
-        room -= len(t)
-    if turns and not chosen:
-        raise WindowTooSmall(f"the newest turn has {len(turns[-1])} messages, limit {limit}")
-    return merged + chosen
 
 
 # == generated histories ========================================================================
@@ -350,7 +315,7 @@ def seqs(load: HistoryLoad[StoredMessage]) -> tuple[list[int], bool]:
 
 
 class ReadsContract:
-    """Read projections (API.md ``read_within_bytes``, ``turn_sources``, ``measure``,
+    """Read projections (docs/design.md §5.2: ``read_within_bytes``, ``turn_sources``, ``measure``,
     ``window``, ``entries``) equal the reference model on every backend."""
 
     examples = 40

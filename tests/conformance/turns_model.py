@@ -1,6 +1,6 @@
 """A reference model of turns (issue 7) in plain Python: what every backend must show.
 
-It re-implements the rules from API.md and docs/events.md independently of ``projections/``
+It re-implements the rules of docs/design.md §4-§5 and docs/events.md independently of ``projections/``
 (no import from there): turn positions, turn replacement, ``expected_last`` preconditions,
 clears, and every read (``entries``, ``window``, ``read_within_bytes``, ``turn_sources``,
 ``measure``, ``turn``, ``latest_turn``, ``latest_interrupted_checkpoint``). Only the data model
@@ -47,7 +47,7 @@ from schemas import (
     WindowTooSmall,
 )
 
-__all__ = ["Expected", "RefConversation", "RefRow", "Verdict", "interrupted"]
+__all__ = ["Expected", "RefConversation", "RefRow", "Verdict", "interrupted", "reference_window"]
 
 START = HistoryPosition(0, 0)
 
@@ -265,39 +265,8 @@ class RefConversation:
         return out if limit is None else out[:limit]
 
     def window(self, limit: int) -> list[Message]:
-        """WindowReader's rule, written out: merged system message + longest suffix of whole turns."""
-        visible = [r.message for r in self.visible_rows()]
-        system = [m for m in visible if m.role == Role.SYSTEM]
-        groups: list[list[Message]] = []
-        for m in visible:
-            if m.role == Role.SYSTEM:
-                continue
-            if m.role == Role.USER or not groups:
-                groups.append([m])
-            else:
-                groups[-1].append(m)
-        budget = limit - (1 if system else 0)
-        chosen: list[list[Message]] = []
-        for g in reversed(groups):
-            if len(g) > budget:
-                break
-            chosen.append(g)
-            budget -= len(g)
-        if groups and not chosen:
-            raise WindowTooSmall("model: the newest turn does not fit")
-        head: list[Message] = []
-        if len(system) == 1:
-            head = [system[0]]
-        elif system:
-            parts: list[TextPart] = []
-            metadata: dict[str, object] = {}
-            for i, m in enumerate(system):
-                if i:
-                    parts.append(TextPart("\n\n"))
-                parts.extend(p for p in m.parts if isinstance(p, TextPart))
-                metadata.update(m.metadata)
-            head = [Message(Role.SYSTEM, parts, metadata)]
-        return head + [m for g in reversed(chosen) for m in g]
+        """``engine.window`` of the visible messages: ``reference_window``."""
+        return reference_window([r.message for r in self.visible_rows()], limit)
 
     def within_bytes(self, max_bytes: int, unit: str, after: HistoryPosition = START,
                      before: HistoryPosition | None = None) -> tuple[list[RefRow], bool]:
@@ -367,3 +336,43 @@ class RefConversation:
 
 def total_bytes(rows: Sequence[RefRow]) -> int:
     return sum(r.message.content_bytes() for r in rows)
+
+
+def reference_window(messages: Sequence[Message], limit: int) -> list[Message]:
+    """The window of ``messages`` (the suite's one window oracle; ``WindowReader``'s rule written
+    out): every system message merged into one leading message (one alone is kept as it is;
+    several are joined, text parts only, by a ``"\\n\\n"`` part, metadata merged, later keys
+    winning), then the longest suffix of whole turns (a turn starts at each user message, or at
+    the first non-system message) that fits ``limit`` with it; the walk stops at the first turn
+    that does not fit. ``WindowTooSmall`` when not even the newest turn fits."""
+    system = [m for m in messages if m.role == Role.SYSTEM]
+    groups: list[list[Message]] = []
+    for m in messages:
+        if m.role == Role.SYSTEM:
+            continue
+        if m.role == Role.USER or not groups:
+            groups.append([m])
+        else:
+            groups[-1].append(m)
+    budget = limit - (1 if system else 0)
+    chosen: list[list[Message]] = []
+    for g in reversed(groups):
+        if len(g) > budget:
+            break
+        chosen.append(g)
+        budget -= len(g)
+    if groups and not chosen:
+        raise WindowTooSmall("model: the newest turn does not fit")
+    head: list[Message] = []
+    if len(system) == 1:
+        head = [system[0]]
+    elif system:
+        parts: list[TextPart] = []
+        metadata: dict[str, object] = {}
+        for i, m in enumerate(system):
+            if i:
+                parts.append(TextPart("\n\n"))
+            parts.extend(p for p in m.parts if isinstance(p, TextPart))
+            metadata.update(m.metadata)
+        head = [Message(Role.SYSTEM, parts, metadata)]
+    return head + [m for g in reversed(chosen) for m in g]

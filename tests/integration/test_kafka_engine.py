@@ -5,7 +5,6 @@ broker restarts and the loss of one broker of three."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -28,6 +27,7 @@ from schemas import (
     Message,
     Receipt,
 )
+from tests.conformance.backends import KafkaBackend, OnKafka
 from tests.conformance.facade_contract import FacadeContract, ProjectionContract, snapshot, turn
 from tests.kafka_broker import KafkaCluster, unique_topic
 
@@ -38,36 +38,16 @@ REPO = Path(__file__).resolve().parents[2]
 RESUME_BOUND_S = 10.0
 
 
-class KafkaBackend:
-    def __init__(self, bootstrap: str, topic: str, state: Path, partitions: int = 1,
-                 replication_factor: int = 1) -> None:
-        self.bootstrap, self.topic, self.state = bootstrap, topic, state
-        self.partitions, self.replication_factor = partitions, replication_factor
-
-    def open(self, state: Path | None = None) -> HistoryEngine:
-        return HistoryEngine.open(kafka=self.bootstrap, topic=self.topic, state_dir=state or self.state,
-                                  partitions=self.partitions, replication_factor=self.replication_factor)
-
-    def drop_state(self) -> None:
-        shutil.rmtree(self.state)
+class TestKafkaFacade(OnKafka, FacadeContract):
+    pass
 
 
-class TestKafkaFacade(FacadeContract):
-    @pytest.fixture
-    def backend(self, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaBackend:
-        return KafkaBackend(kafka_bootstrap, kafka_topic, tmp_path / "state")
+class TestKafkaFacadeThreePartitions(OnKafka, FacadeContract):
+    partitions = 3
 
 
-class TestKafkaFacadeThreePartitions(FacadeContract):
-    @pytest.fixture
-    def backend(self, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaBackend:
-        return KafkaBackend(kafka_bootstrap, kafka_topic, tmp_path / "state", partitions=3)
-
-
-class TestKafkaProjections(ProjectionContract):
-    @pytest.fixture
-    def backend(self, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaBackend:
-        return KafkaBackend(kafka_bootstrap, kafka_topic, tmp_path / "state", partitions=2)
+class TestKafkaProjections(OnKafka, ProjectionContract):
+    partitions = 2
 
 
 @pytest.fixture

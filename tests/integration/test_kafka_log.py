@@ -2,56 +2,29 @@
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
-from kafka import KafkaAdminClient
 
 from engine.log.base import Log, Record, partition_for_key, record_key
 from engine.log.kafka import KafkaLog
 from schemas.errors import LogUnavailable
+from tests.conformance.backends import KafkaLogs, delete_topics, kafka_logs_made
 from tests.conformance.log_contract import LogContract, MakeLog
-from tests.kafka_broker import unique_topic
 
 pytestmark = pytest.mark.kafka
 
 
-def _delete_topics(bootstrap: str, topics: list[str]) -> None:
-    """Best effort: keep an external broker (HISTLOG_KAFKA) tidy."""
-    if not topics:
-        return
-    with contextlib.suppress(Exception):
-        admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=10_000,
-                                 bootstrap_timeout_ms=10_000)
-        try:
-            admin.delete_topics(topics, timeout_ms=10_000, raise_errors=False)
-        finally:
-            admin.close()
-
-
 @pytest.fixture
 def kafka_logs(kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[MakeLog]:
-    made: list[KafkaLog] = []
-
-    def factory(partitions: int = 1) -> Log:
-        log = KafkaLog(kafka_bootstrap, unique_topic(f"histlog-{request.node.name}"),
-                       partitions=partitions, client_id="histlog-test", request_timeout_s=20)
-        made.append(log)
-        return log
-
-    yield factory
-    for log in made:
-        log.close()
-    _delete_topics(kafka_bootstrap, [log.topic for log in made])
+    with kafka_logs_made(kafka_bootstrap, request.node.name) as make_log:
+        yield make_log
 
 
-class TestKafkaLogContract(LogContract):
-    @pytest.fixture
-    def make_log(self, kafka_logs: MakeLog) -> Iterator[MakeLog]:
-        yield kafka_logs
+class TestKafkaLogContract(KafkaLogs, LogContract):
+    pass
 
 
 def _read_all(log: Log, partition: int, start: int = 0) -> list[Record]:
@@ -82,7 +55,7 @@ def test_reopening_an_existing_topic_sees_its_records(kafka_bootstrap: str, kafk
         assert got == {pos: f"v{i}".encode() for i, pos in enumerate(positions)}
     with KafkaLog(kafka_bootstrap, kafka_topic, partitions=None) as adopted:
         assert adopted.partitions == 2
-    _delete_topics(kafka_bootstrap, [kafka_topic])
+    delete_topics(kafka_bootstrap, [kafka_topic])
 
 
 def test_concurrent_appends_share_requests_and_stay_ordered(kafka_logs: MakeLog) -> None:

@@ -15,7 +15,7 @@ from kafka.partitioner import DefaultPartitioner
 
 from engine.log.base import partition_for_key, record_key
 from engine.log.kafka import KafkaLog, check_topic_configs
-from schemas.errors import HistoryError, InvalidBatch, LogUnavailable
+from schemas.errors import InvalidBatch, LogUnavailable, TopicRefused
 from tests.kafka_broker import REPO, KafkaCluster, unique_topic
 
 pytestmark = pytest.mark.kafka
@@ -67,7 +67,7 @@ def test_created_topic_keeps_history_forever(kafka_bootstrap: str, kafka_topic: 
 
 def test_finite_retention_ms_is_refused_naming_the_setting(kafka_bootstrap: str, kafka_topic: str) -> None:
     create_raw_topic(kafka_bootstrap, kafka_topic, retention_ms="86400000")
-    with pytest.raises(HistoryError) as info:
+    with pytest.raises(TopicRefused) as info:
         KafkaLog(kafka_bootstrap, kafka_topic)
     message = str(info.value)
     assert "retention.ms=86400000" in message
@@ -76,7 +76,7 @@ def test_finite_retention_ms_is_refused_naming_the_setting(kafka_bootstrap: str,
 
 def test_finite_retention_bytes_is_refused(kafka_bootstrap: str, kafka_topic: str) -> None:
     create_raw_topic(kafka_bootstrap, kafka_topic, retention_ms="-1", retention_bytes="1073741824")
-    with pytest.raises(HistoryError, match=r"retention\.bytes=1073741824"):
+    with pytest.raises(TopicRefused, match=r"retention\.bytes=1073741824"):
         KafkaLog(kafka_bootstrap, kafka_topic)
 
 
@@ -86,14 +86,14 @@ def test_broker_default_retention_is_refused(kafka_bootstrap: str, kafka_topic: 
     inherited = topic_configs(kafka_bootstrap, kafka_topic)["retention.ms"]
     if int(inherited) < 0:
         pytest.skip("this broker's default retention is already infinite")
-    with pytest.raises(HistoryError, match=rf"retention\.ms={inherited}\b"):
+    with pytest.raises(TopicRefused, match=rf"retention\.ms={inherited}\b"):
         KafkaLog(kafka_bootstrap, kafka_topic)
 
 
 @pytest.mark.parametrize("policy", ["compact", "compact,delete"])
 def test_compaction_is_refused(kafka_bootstrap: str, kafka_topic: str, policy: str) -> None:
     create_raw_topic(kafka_bootstrap, kafka_topic, retention_ms="-1", cleanup_policy=policy)
-    with pytest.raises(HistoryError) as info:
+    with pytest.raises(TopicRefused) as info:
         KafkaLog(kafka_bootstrap, kafka_topic)
     assert f"cleanup.policy={policy}" in str(info.value)
     assert "cleanup.policy=delete" in str(info.value)
@@ -109,7 +109,7 @@ def test_a_good_existing_topic_is_accepted(kafka_bootstrap: str, kafka_topic: st
 def test_partition_count_mismatch_is_refused(kafka_bootstrap: str, kafka_topic: str) -> None:
     with KafkaLog(kafka_bootstrap, kafka_topic, partitions=4):
         pass
-    with pytest.raises(HistoryError) as info:
+    with pytest.raises(TopicRefused) as info:
         KafkaLog(kafka_bootstrap, kafka_topic, partitions=2)
     assert "4 partitions" in str(info.value) and "partitions=4" in str(info.value)
     with KafkaLog(kafka_bootstrap, kafka_topic, partitions=None) as adopted:
@@ -117,10 +117,19 @@ def test_partition_count_mismatch_is_refused(kafka_bootstrap: str, kafka_topic: 
 
 
 def test_missing_topic_without_create_is_refused(kafka_bootstrap: str, kafka_topic: str) -> None:
-    with pytest.raises(HistoryError) as info:
+    with pytest.raises(TopicRefused) as info:
         KafkaLog(kafka_bootstrap, kafka_topic, partitions=3, create=False)
     assert "does not exist" in str(info.value)
     assert "--partitions 3" in str(info.value) and "retention.ms=-1" in str(info.value)
+
+
+def test_a_replication_factor_beyond_the_cluster_is_refused(kafka_bootstrap: str, kafka_topic: str) -> None:
+    """N brokers cannot hold N + 1 replicas: a typed refusal that names the fix, not a Kafka error."""
+    with admin_client(kafka_bootstrap) as admin:
+        too_many = len(admin.describe_cluster()["brokers"]) + 1
+    with pytest.raises(TopicRefused, match=f"replication factor {too_many}") as info:
+        KafkaLog(kafka_bootstrap, kafka_topic, partitions=1, replication_factor=too_many)
+    assert "lower replication_factor or add brokers" in str(info.value)
 
 
 def test_check_topic_configs_accepts_infinite_delete() -> None:
@@ -128,7 +137,7 @@ def test_check_topic_configs_accepts_infinite_delete() -> None:
 
 
 def test_check_topic_configs_names_every_problem() -> None:
-    with pytest.raises(HistoryError) as info:
+    with pytest.raises(TopicRefused) as info:
         check_topic_configs("t", {"retention.ms": "1000", "retention.bytes": "5",
                                   "cleanup.policy": "compact"})
     message = str(info.value)

@@ -12,19 +12,16 @@ import pytest
 
 from engine import EMPTY, HistoryEngine
 from schemas import Batch, Message, PreconditionFailed, Receipt, TurnNotReplaceable
+from tests.conformance.backends import KafkaBackend, OnKafka
 from tests.conformance.turns_contract import TurnsContract, counters, history_of, race_threads, user_turn
-from tests.integration.test_kafka_engine import KafkaBackend
 
 pytestmark = pytest.mark.kafka
 ROUNDS = 8
 
 
-class TestKafkaTurns(TurnsContract):
+class TestKafkaTurns(OnKafka, TurnsContract):
     max_examples = 10
-
-    @pytest.fixture
-    def backend(self, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaBackend:
-        return KafkaBackend(kafka_bootstrap, kafka_topic, tmp_path / "state", partitions=2)
+    partitions = 2
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""A model-based fault harness (DESIGN.md §7): random writes against the embedded engine (real
+"""A model-based fault harness (docs/design.md §7): random writes against the embedded engine (real
 FileLog, real RocksDB, ``fsync="always"``) running in a child process, interleaved with faults —
 kill -9 (also with a command in flight), clean reopen, deletion of the state and damage to it.
 

@@ -1,6 +1,6 @@
 """The fault harness of test_fault_model.py plus damage to the RocksDB state while the engine
 is down (truncated .sst, missing CURRENT or MANIFEST, garbage in a state file, flipped bytes
-in an .sst index block): opening a damaged state must rebuild it from the log (DESIGN.md §7,
+in an .sst index block): opening a damaged state must rebuild it from the log (docs/design.md §7,
 issue 11 defect 5), and the rebuilt state must equal the one before the damage.
 
 Switched off by ``STATE_DAMAGE = False`` in test_fault_model.py.
@@ -31,7 +31,7 @@ def state_files(state: Path, pattern: str) -> list[Path]:
 
 class DamageFaultModel(FaultModel):
     """The same machine plus damage to the RocksDB state while the engine is down: opening a
-    state that is damaged must rebuild it from the log (DESIGN.md §7), and the rebuilt state
+    state that is damaged must rebuild it from the log (docs/design.md §7), and the rebuilt state
     must equal the one before the damage. It also expects the other state fixes of issue 11:
     an open removes the scratch states a killed open left behind (defect 8)."""
 

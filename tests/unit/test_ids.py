@@ -1,4 +1,4 @@
-"""Every ID rule of API.md, for both ID types (an independent statement of the rules)."""
+"""Every ID rule (``schemas.ids``), for both ID types (an independent statement of the rules)."""
 
 from __future__ import annotations
 

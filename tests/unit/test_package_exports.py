@@ -1,4 +1,4 @@
-"""Every package's ``__all__`` imports, and the API.md names of engine and projections are there."""
+"""Every package's ``__all__`` imports, and the public names of engine and projections are there."""
 
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ from tests.conformance.reads_contract import (
     expected_positions,
     reference_measure,
     reference_turn_sources,
-    reference_window,
     reference_within_bytes,
 )
+from tests.conformance.turns_model import reference_window
 
 BIG, SMALL = 100_000, 1_000
 BUDGET = 8 * 1024

@@ -1,4 +1,4 @@
-"""``schemas.__all__`` is complete for API.md and importable; the committed JSON Schema is fresh."""
+"""``schemas.__all__`` is complete for the public names and importable; the committed JSON Schema is fresh."""
 
 from __future__ import annotations
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from rocksdict import ReadOptions
@@ -11,29 +10,17 @@ from rocksdict import ReadOptions
 from engine import HistoryEngine
 from projections.store import Snapshot, StateStore
 from schemas import Batch, HistoryLoad, HistoryTurn, Message, StoredMessage
+from tests.conformance.backends import Embedded
 from tests.conformance.turns_contract import TurnsContract, user_turn
-from tests.unit.test_engine_conformance import FileBackend
 
 
-class FourPartitions(FileBackend):
-    def open(self) -> HistoryEngine:
-        return HistoryEngine.open(self.path, partitions=4)
-
-
-class TestEmbeddedTurns(TurnsContract):
+class TestEmbeddedTurns(Embedded, TurnsContract):
     max_examples = 40
 
-    @pytest.fixture
-    def backend(self, tmp_path: Path) -> FileBackend:
-        return FileBackend(tmp_path / "data")
 
-
-class TestEmbeddedTurnsFourPartitions(TurnsContract):
+class TestEmbeddedTurnsFourPartitions(Embedded, TurnsContract):
     max_examples = 40
-
-    @pytest.fixture
-    def backend(self, tmp_path: Path) -> FileBackend:
-        return FourPartitions(tmp_path / "data")
+    partitions = 4
 
 
 # -- the cost of hidden rows: reads stay O(window) -------------------------------------------------
