@@ -348,16 +348,19 @@ class Reads:
         return Measure(row.messages - messages, row.content_bytes - content, row.turns - turns)
 
     # -- the message-count window ------------------------------------------------------------------
-    def window(self, conv: str, limit: int) -> list[Message]:
+    def window(self, conv: str, limit: int, before: HistoryPosition | None = None) -> list[Message]:
         """``WindowReader`` semantics in O(limit): the merged system message plus the longest
-        suffix of whole turns that fits. Raises ``WindowTooSmall`` as WindowReader does."""
+        suffix of whole turns that fits. Raises ``WindowTooSmall`` as WindowReader does. With
+        ``before``, the window of the messages before that position (a retry's history)."""
         snap = self.store.iterator()
         c = conv.encode("utf-8")
         row = self._open_row(snap, c)
-        if row is None:
+        bounds = _cursors(None, before)
+        if row is None or bounds is _NOTHING:
             return []
+        _, end = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
         system: list[Message] = []
-        system_ords = [_ord_of(k) for k, _ in snap.scan(keys.system_key(c, 0), keys.system_key(c, row.messages))]
+        system_ords = [_ord_of(k) for k, _ in snap.scan(keys.system_key(c, 0), keys.system_key(c, end))]
         for ord_ in system_ords:  # after the scan: a point read moves the snapshot's one iterator
             value = snap.get(keys.message_key(c, ord_))
             assert value is not None  # Invariant: S rows index visible M rows (same WriteBatch).
@@ -368,7 +371,7 @@ class Reads:
         # larger than what is left, so fit_turns never takes it.
         turns: list[list[bytes]] = []
         current_turn, total = -1, 0
-        for _, value in snap.scan_reverse(keys.message_key(c, 0), keys.message_key(c, row.messages)):
+        for _, value in snap.scan_reverse(keys.message_key(c, 0), keys.message_key(c, end)):
             turn, role, _ = keys.MessageRow.decode_head(value)
             if role == _SYSTEM:
                 continue
