@@ -70,11 +70,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from engine.uuid7 import uuid7
-from engine.window import Reader, WindowReader
+from engine.window import Reader, WindowReader, check_reader
 from projections.window import select_window
 from schemas.batch import Batch, HistoryTurn, Receipt, StoredMessage
 from schemas.chat import ChatDelta, ChatRequest, ChatResponse, ResponseAccumulator
-from schemas.errors import CommitError, InvalidMessage, InvalidReceipt, TurnNotReplaceable
+from schemas.errors import CommitError, InvalidComponent, InvalidMessage, InvalidReceipt, TurnNotReplaceable
 from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message, Role, ToolCallPart, ToolResultPart
 from schemas.positions import HistoryPosition
@@ -144,8 +144,9 @@ class MiddlewareConfig:
 
     ``reader``: anything with ``read(conversation_id) -> list[Message]`` (a ``HistoryEngine``,
     a ``WindowReader``...). ``writer``: anything with ``append(batch) -> Receipt`` (a
-    ``HistoryEngine``). ``conversation_id`` is validated here: an invalid one raises
-    ``InvalidConversationID`` at construction.
+    ``HistoryEngine``). Checked here: an invalid ``conversation_id`` raises
+    ``InvalidConversationID``, a reader or writer without its method (``None`` included)
+    ``InvalidComponent`` (a ``TypeError``), before any call.
     """
 
     reader: Reader
@@ -154,13 +155,10 @@ class MiddlewareConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "conversation_id", ConversationID(self.conversation_id))
-        if not callable(getattr(self.reader, "read", None)):
-            raise TypeError(
-                f"MiddlewareConfig: reader {type(self.reader).__name__} has no read(conversation_id) method; "
-                "pass a HistoryEngine or a WindowReader")
+        check_reader(self.reader, "MiddlewareConfig")
         if not callable(getattr(self.writer, "append", None)):
-            raise TypeError(
-                f"MiddlewareConfig: writer {type(self.writer).__name__} has no append(batch) method; "
+            raise InvalidComponent(
+                f"MiddlewareConfig: writer {type(self.writer).__name__} has no append() method; "
                 "pass a HistoryEngine")
 
 
@@ -386,7 +384,7 @@ class HistoryMiddleware:
         writer = self._config.writer
         for name in ("latest_turn", "entries", "replace_turn"):
             if not callable(getattr(writer, name, None)):
-                raise TypeError(f"retry/edit replace the latest turn through the writer, and "
+                raise InvalidComponent(f"retry/edit replace the latest turn through the writer, and "
                                 f"{type(writer).__name__} has no {name}(); use a HistoryEngine as the writer")
         return writer  # type: ignore[return-value]  # checked above, method by method
 
