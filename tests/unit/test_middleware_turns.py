@@ -4,7 +4,9 @@ latest visible turn with ``replace_turn``, on a real embedded engine."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,7 @@ from schemas import (
     FinishReason,
     InvalidMessage,
     Message,
+    Receipt,
     TurnNotReplaceable,
 )
 from tests.unit.middleware_support import SYSTEM, SpyModel, SpyStore
@@ -142,3 +145,58 @@ def test_async_twins_replace_the_turn(engine: HistoryEngine) -> None:
     assert texts(engine)[-2:] == ["And A4?", "Async edit."]
     assert [e.superseded_by for e in engine.entries(C, include_hidden=True) if e.hidden] == [
         "ar/0", "ar/0", "ae/0", "ae/0"]
+
+
+# --------------------------------------------------------------------------- asyncio
+
+
+class CountingEngine:
+    """The engine as a writer, counting the calls that reach it."""
+
+    def __init__(self, engine: HistoryEngine, *, fail_replace: bool = False) -> None:
+        self.engine = engine
+        self.fail_replace = fail_replace
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.engine, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return method(*args, **kwargs)
+
+        return counted
+
+    def replace_turn(self, batch: Batch, old_turn_id: str, reason: str) -> Receipt:
+        self.calls.append("replace_turn")
+        if self.fail_replace:
+            raise OSError("disk full (injected)")
+        return self.engine.replace_turn(batch, old_turn_id, reason)
+
+
+def test_a_cancellation_during_an_in_flight_replacement_waits_for_it_and_says_so(engine: HistoryEngine) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    class Blocking(CountingEngine):
+        def replace_turn(self, batch: Batch, old_turn_id: str, reason: str) -> Receipt:
+            entered.set()
+            assert release.wait(10.0), "the replacement was never released"
+            return super().replace_turn(batch, old_turn_id, reason)
+
+    mw = HistoryMiddleware(MiddlewareConfig(engine, Blocking(engine), C))
+    model = SpyModel(answer("A2 arrived yesterday."))
+
+    async def main() -> None:
+        call = asyncio.ensure_future(mw.aretry(model.acall)(ChatRequest([SYSTEM]), append_id="r1"))
+        await asyncio.to_thread(entered.wait, 10.0)
+        call.cancel()
+        for _ in range(20):  # give the cancellation every chance to end the task early
+            await asyncio.sleep(0)
+        assert not call.done(), "the task ended while its replacement was still in flight"
+        release.set()
+        with pytest.raises(asyncio.CancelledError) as info:
+            await call
+        assert any("replacement of turn 't2/0'" in n and "may be stored" in n for n in info.value.__notes__)
+
+    asyncio.run(main())
+    assert texts(engine)[-1] == "A2 arrived yesterday."
