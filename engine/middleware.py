@@ -22,15 +22,16 @@ One call, in this order (the decisions live in ``engine/flow.py``, written once)
    ``response`` and the cause: ``engine.append(err.batch)`` completes it without calling the
    model again.
 
-Streams (``stream``/``astream``) return a generator at once and do nothing until the first
-``next()``; they pass every chunk through unchanged, fold it into a ``ResponseAccumulator``,
-and persist when upstream is exhausted, in the consumer's ``next()`` after the last chunk
-(which raises ``CommitError`` if persistence fails). Closing the generator earlier (even right
-after the finish chunk) closes upstream and persists nothing; an upstream error propagates
-unchanged, once, and persists nothing; a malformed chunk (or a stream that ends without a
-finish reason) raises ``InvalidMessage`` and persists nothing.
+Streams (``stream``, ``retry_stream``, ``edit_stream`` and their asyncio forms) return a
+generator at once and do nothing until the first ``next()``; they pass every chunk through
+unchanged, fold it into a ``ResponseAccumulator``, and persist when upstream is exhausted, in
+the consumer's ``next()`` after the last chunk (which raises ``CommitError`` if persistence
+fails). Closing the generator earlier (even right after the finish chunk) closes upstream and
+persists nothing; an upstream error propagates unchanged, once, and persists nothing; a
+malformed chunk (or a stream that ends without a finish reason) raises ``InvalidMessage`` and
+persists nothing.
 
-asyncio (``acall``, ``astream``, ``aretry``, ``aedit``): the reader and the writer run in
+asyncio (``acall``, ``astream``, ``aretry``, ``aedit``...): the reader and the writer run in
 worker threads (``asyncio.to_thread``), never on the event loop. A cancellation that lands
 before the append starts (while reading, while the model runs, while streaming) persists
 nothing. An append that has started cannot be recalled, since the log may already hold it: the
@@ -126,7 +127,8 @@ class WrappedModel(Protocol):
 
 
 class WrappedStreamer(Protocol):
-    """What ``HistoryMiddleware.stream`` returns: a lazy generator of the upstream chunks."""
+    """What ``HistoryMiddleware.stream`` (and ``retry_stream``/``edit_stream``) return: a lazy
+    generator of the upstream chunks."""
 
     def __call__(
         self, request: ChatRequest, /, *, append_id: str | None = None
@@ -140,7 +142,8 @@ class AsyncWrappedModel(Protocol):
 
 
 class AsyncWrappedStreamer(Protocol):
-    """What ``HistoryMiddleware.astream`` returns: a lazy async generator of the upstream chunks."""
+    """What ``HistoryMiddleware.astream`` (and ``aretry_stream``/``aedit_stream``) return: a lazy
+    async generator of the upstream chunks."""
 
     def __call__(
         self, request: ChatRequest, /, *, append_id: str | None = None
@@ -225,18 +228,34 @@ class HistoryMiddleware:
         the new turn replaces the old one (``replace_turn(..., "retry")``)."""
         return self._called(self._replacing("retry"), model)
 
+    def retry_stream(self, streamer: Callable[[ChatRequest], Iterable[ChatDelta]]) -> WrappedStreamer:
+        """``retry`` for a streamer: a lazy generator, replacing the turn on natural exhaustion."""
+        return self._streamed(self._replacing("retry"), streamer)
+
     def aretry(self, amodel: Callable[[ChatRequest], Awaitable[ChatResponse]]) -> AsyncWrappedModel:
         """``retry`` for an ``async`` model; the engine runs in worker threads."""
         return self._acalled(self._replacing("retry"), amodel)
+
+    def aretry_stream(self, astreamer: Callable[[ChatRequest], AsyncIterable[ChatDelta]]) -> AsyncWrappedStreamer:
+        """``retry_stream`` for an async streamer; the engine runs in worker threads."""
+        return self._astreamed(self._replacing("retry"), astreamer)
 
     def edit(self, model: Callable[[ChatRequest], ChatResponse]) -> WrappedModel:
         """Wrap ``model`` to answer an edited user message: call the result with the system messages
         and the new user message; the new turn replaces the latest one (``replace_turn(..., "edit")``)."""
         return self._called(self._replacing("edit"), model)
 
+    def edit_stream(self, streamer: Callable[[ChatRequest], Iterable[ChatDelta]]) -> WrappedStreamer:
+        """``edit`` for a streamer: a lazy generator, replacing the turn on natural exhaustion."""
+        return self._streamed(self._replacing("edit"), streamer)
+
     def aedit(self, amodel: Callable[[ChatRequest], Awaitable[ChatResponse]]) -> AsyncWrappedModel:
         """``edit`` for an ``async`` model; the engine runs in worker threads."""
         return self._acalled(self._replacing("edit"), amodel)
+
+    def aedit_stream(self, astreamer: Callable[[ChatRequest], AsyncIterable[ChatDelta]]) -> AsyncWrappedStreamer:
+        """``edit_stream`` for an async streamer; the engine runs in worker threads."""
+        return self._astreamed(self._replacing("edit"), astreamer)
 
     def _replacing(self, reason: str) -> _Plan:
         """The plan of a retry or edit; refuses, when wrapping, a writer that cannot replace turns."""
