@@ -398,15 +398,18 @@ class HistoryEngine:
         self._check_open()
         return self._reads.latest_interrupted_checkpoint(c)
 
-    def window(self, conversation_id: str, limit: int) -> list[Message]:
-        """The same result as ``WindowReader(engine, limit).read(...)``, in O(limit)."""
+    def window(self, conversation_id: str, limit: int, before: HistoryPosition | None = None) -> list[Message]:
+        """The same result as ``WindowReader(engine, limit).read(...)``, in O(limit). With
+        ``before``, the window of the messages before that position (exclusive): what the
+        middleware's ``retry``/``edit`` show the model, still O(limit)."""
         c = ConversationID(conversation_id)
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise InvalidWindow(f"invalid window: limit must be an int, got {type(limit).__name__}")
         if limit <= 0:
             raise InvalidWindow(f"invalid window: limit must be positive, got {limit}")
+        check_cursors(None, before)
         self._check_open()
-        return self._reads.window(c, limit)
+        return self._reads.window(c, limit, before)
 
     def read_within_bytes(self, conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
                           before: HistoryPosition | None = None, unit: Unit = "turn") -> HistoryLoad[StoredMessage]:

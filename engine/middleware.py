@@ -1,24 +1,14 @@
 """``HistoryMiddleware``: wrap a chat model so history is read and written around each call
-(docs/design.md §6, docs/middleware.md). Long (≈580 lines) because the sync and asyncio flows
-are still written twice; writing the flow once, as steps run by a sync and an async driver,
-removes about half of it.
+(docs/middleware.md is the user's guide; this docstring is the contract).
 
-One call, in this order:
+One call, in this order (the decisions live in ``engine/flow.py``, written once):
 
 1. **Validate the input** (no I/O yet): the request is a ``ChatRequest`` whose messages are a
-   system prefix and exactly one *open turn*; the append id, when given, is a valid
-   ``AppendID``. The open turn is checked like this (``_open_turn``):
-
-   * after the system prefix there is at least one message, and the first is a **user**
-     message; no other user message follows (earlier turns come from the store: a request
-     that resends them would store them twice);
-   * after the user message come only this turn's tool exchange: **assistant messages that
-     each make at least one tool call**, each followed by **tool messages** whose results
-     answer those calls by id. A call id is used once in the turn; a result answers a call of
-     this turn that has no result yet; every call has its result before the next assistant
-     message and before the model is called. (An assistant message without a tool call ends a
-     turn, so it cannot be part of an open one.)
-
+   system prefix and exactly one *open turn*: one user message, then only that turn's tool
+   exchange (assistant messages that each make a tool call, each followed by the tool results
+   answering those calls by id, every call answered before the model is called). Earlier turns
+   come from the store: a request that resends them would store them twice. The append id,
+   when given, is a valid ``AppendID``.
 2. **Read** the conversation through the reader and check every stored message (a
    ``schemas.Message`` is validated on construction and immutable, so the check is by type);
    an invalid one fails the call before the model runs.
@@ -32,34 +22,38 @@ One call, in this order:
    ``response`` and the cause: ``engine.append(err.batch)`` completes it without calling the
    model again.
 
-Streams (``stream``/``astream``) return a generator at once and do nothing until the first
-``next()``; they pass every chunk through unchanged, fold it into a ``ResponseAccumulator``,
-and persist when upstream is exhausted, in the consumer's ``next()`` after the last chunk
-(which raises ``CommitError`` if persistence fails). Closing the generator earlier (even right
-after the finish chunk) closes upstream and persists nothing; an upstream error propagates
-unchanged, once, and persists nothing; a malformed chunk (or a stream that ends without a
-finish reason) raises ``InvalidMessage`` and persists nothing.
+Streams (``stream``, ``retry_stream``, ``edit_stream`` and their asyncio forms) return a
+generator at once and do nothing until the first ``next()``; they pass every chunk through
+unchanged, fold it into a ``ResponseAccumulator``, and persist when upstream is exhausted, in
+the consumer's ``next()`` after the last chunk (which raises ``CommitError`` if persistence
+fails). Closing the generator earlier (even right after the finish chunk) closes upstream and
+persists nothing; an upstream error propagates unchanged, once, and persists nothing; a
+malformed chunk (or a stream that ends without a finish reason) raises ``InvalidMessage`` and
+persists nothing.
 
-asyncio (``acall``/``astream``): the reader and the writer run in worker threads
-(``asyncio.to_thread``), never on the event loop. Cancellation: a cancellation that lands
+asyncio (``acall``, ``astream``, ``aretry``, ``aedit``...): the reader and the writer run in
+worker threads (``asyncio.to_thread``), never on the event loop. A cancellation that lands
 before the append starts (while reading, while the model runs, while streaming) persists
-nothing. An append that has started (the batch was handed to the writer's worker thread, the
-first await after the model returned) cannot be recalled, since the log may already hold it: the
+nothing. An append that has started cannot be recalled, since the log may already hold it: the
 task then waits for that append to be decided and only then raises ``CancelledError``, with a
-note saying the batch may have been stored; no append is ever left running after the task
-ended. The flow's decisions (``_Turn``) are written once; the four drivers only do the I/O.
+note saying the batch may have been stored; no append is ever left running after the task ended.
 
-Edit and retry (``retry``/``edit`` and ``aretry``/``aedit``) wrap a model the same way but
-*replace* the conversation's latest visible turn instead of adding one; they need an engine as
-the writer (``latest_turn``, ``entries``, ``replace_turn``). The model sees the request's system
-messages, the stored history *before* the replaced turn (cut to the ``WindowReader``'s limit if
-the reader is one), then the open turn. For ``retry`` the open turn is the stored user message
-when the request holds only system messages (or the request's own open turn, whose user message
-must have the same content); for ``edit`` it is the request's open turn with the new user
-message. On completion the batch goes through ``replace_turn(batch, old_turn_id, reason)``,
-which admission refuses with ``TurnNotReplaceable`` if another writer replaced or extended the
-turn meanwhile; a failed persistence raises ``CommitError`` with ``old_turn_id`` and ``reason``
-set, to complete with ``engine.replace_turn(err.batch, err.old_turn_id, err.reason)``.
+Edit and retry *replace* the conversation's latest visible turn instead of adding one; they need
+an engine as the writer (``latest_turn``, ``replace_turn``, and ``window`` or ``entries``). The
+model sees the request's system messages, the stored history *before* the replaced turn (read
+up to that turn only and, if the reader is a ``WindowReader``, cut to its limit by the engine's
+window read: O(window), not O(history)), then the open turn. For ``retry`` the open turn is the
+stored user message when the request holds only system messages (or the request's own open
+turn, whose user message must have the same content); for ``edit`` it is the request's open
+turn with the new user message. On completion the batch goes through ``replace_turn(batch,
+old_turn_id, reason)``, which admission refuses with ``TurnNotReplaceable`` if another writer
+replaced or extended the turn meanwhile; a failed persistence raises ``CommitError`` with
+``old_turn_id`` and ``reason`` set, to complete with ``engine.replace_turn(err.batch,
+err.old_turn_id, err.reason)``.
+
+The drivers below only run the flow's steps: ``_drive`` in the caller's thread, ``_adrive`` on
+the event loop with the store in worker threads (as httpx runs one auth flow through a sync and
+an async driver).
 """
 
 from __future__ import annotations
@@ -67,16 +61,29 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterable, Awaitable, Callable, Generator, Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from functools import partial
+from typing import Any, Protocol, TypeVar, cast
 
-from engine.uuid7 import uuid7
-from engine.window import Reader, WindowReader
-from projections.window import select_window
+from engine.flow import (
+    Flow,
+    Generate,
+    Persist,
+    ReadBefore,
+    ReadHistory,
+    ReadTurn,
+    Step,
+    accumulate,
+    advance,
+    append_flow,
+    finish,
+    replace_flow,
+)
+from engine.window import Reader, WindowReader, check_reader
 from schemas.batch import Batch, HistoryTurn, Receipt, StoredMessage
 from schemas.chat import ChatDelta, ChatRequest, ChatResponse, ResponseAccumulator
-from schemas.errors import CommitError, InvalidMessage, InvalidReceipt, TurnNotReplaceable
-from schemas.ids import AppendID, ConversationID
-from schemas.messages import Message, Role, ToolCallPart, ToolResultPart
+from schemas.errors import InvalidComponent, InvalidMessage
+from schemas.ids import ConversationID
+from schemas.messages import Message
 from schemas.positions import HistoryPosition
 
 __all__ = [
@@ -100,12 +107,15 @@ class Writer(Protocol):
 
 
 class TurnReplacer(Writer, Protocol):
-    """The writer ``retry``/``edit`` need: an engine that finds and replaces the latest turn."""
+    """The writer ``retry``/``edit`` need: an engine that finds the latest turn, reads what comes
+    before it (``window`` under a ``WindowReader``, else ``entries``) and replaces it."""
 
     def latest_turn(self, conversation_id: str) -> HistoryTurn | None: ...
 
     def entries(self, conversation_id: str, after: HistoryPosition | None = None,
                 before: HistoryPosition | None = None) -> list[StoredMessage]: ...
+
+    def window(self, conversation_id: str, limit: int, before: HistoryPosition | None = None) -> list[Message]: ...
 
     def replace_turn(self, batch: Batch, old_turn_id: str, reason: str) -> Receipt: ...
 
@@ -117,7 +127,8 @@ class WrappedModel(Protocol):
 
 
 class WrappedStreamer(Protocol):
-    """What ``HistoryMiddleware.stream`` returns: a lazy generator of the upstream chunks."""
+    """What ``HistoryMiddleware.stream`` (and ``retry_stream``/``edit_stream``) return: a lazy
+    generator of the upstream chunks."""
 
     def __call__(
         self, request: ChatRequest, /, *, append_id: str | None = None
@@ -131,11 +142,18 @@ class AsyncWrappedModel(Protocol):
 
 
 class AsyncWrappedStreamer(Protocol):
-    """What ``HistoryMiddleware.astream`` returns: a lazy async generator of the upstream chunks."""
+    """What ``HistoryMiddleware.astream`` (and ``aretry_stream``/``aedit_stream``) return: a lazy
+    async generator of the upstream chunks."""
 
     def __call__(
         self, request: ChatRequest, /, *, append_id: str | None = None
     ) -> AsyncGenerator[ChatDelta, None]: ...
+
+
+def _require(obj: object, role: str, names: Iterable[str], what: str) -> None:
+    for name in names:
+        if not callable(getattr(obj, name, None)):
+            raise InvalidComponent(f"{role} {type(obj).__name__} has no {name}() method; {what}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +162,9 @@ class MiddlewareConfig:
 
     ``reader``: anything with ``read(conversation_id) -> list[Message]`` (a ``HistoryEngine``,
     a ``WindowReader``...). ``writer``: anything with ``append(batch) -> Receipt`` (a
-    ``HistoryEngine``). ``conversation_id`` is validated here: an invalid one raises
-    ``InvalidConversationID`` at construction.
+    ``HistoryEngine``). Checked here: an invalid ``conversation_id`` raises
+    ``InvalidConversationID``, a reader or writer without its method (``None`` included)
+    ``InvalidComponent`` (a ``TypeError``), before any call.
     """
 
     reader: Reader
@@ -154,194 +173,11 @@ class MiddlewareConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "conversation_id", ConversationID(self.conversation_id))
-        if not callable(getattr(self.reader, "read", None)):
-            raise TypeError(
-                f"MiddlewareConfig: reader {type(self.reader).__name__} has no read(conversation_id) method; "
-                "pass a HistoryEngine or a WindowReader")
-        if not callable(getattr(self.writer, "append", None)):
-            raise TypeError(
-                f"MiddlewareConfig: writer {type(self.writer).__name__} has no append(batch) method; "
-                "pass a HistoryEngine")
+        check_reader(self.reader, "MiddlewareConfig")
+        _require(self.writer, "MiddlewareConfig: writer", ["append"], "pass a HistoryEngine")
 
 
-# --------------------------------------------------------------------------- the decisions (no I/O)
-
-
-def _open_turn(request: ChatRequest) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
-    """Split a request into its system prefix and its open turn; raise ``InvalidMessage`` unless
-    the open turn is one user message followed only by its tool exchange (module docstring)."""
-    messages = request.messages
-    start = 0
-    while start < len(messages) and messages[start].role is Role.SYSTEM:
-        start += 1
-    if start == len(messages):
-        raise InvalidMessage(
-            "invalid request: no open turn after the system messages; add the user's message "
-            "(earlier turns come from the store)")
-    if messages[start].role is not Role.USER:
-        raise InvalidMessage(
-            f"invalid request: messages[{start}]: the open turn starts with a {messages[start].role.value} "
-            "message; it must start with the user's message (earlier turns come from the store: do not resend them)")
-    pending: dict[str, int] = {}  # call id -> index of the assistant message that made it
-    seen: set[str] = set()
-    for i in range(start + 1, len(messages)):
-        m = messages[i]
-        if m.role is Role.USER:
-            raise InvalidMessage(
-                f"invalid request: messages[{i}]: a second user message; a request holds one open turn "
-                "(earlier turns come from the store): send only the newest user message and its tool exchange")
-        if m.role is Role.ASSISTANT:
-            calls = [p.id for p in m.parts if isinstance(p, ToolCallPart)]
-            if not calls:
-                raise InvalidMessage(
-                    f"invalid request: messages[{i}]: an assistant message without a tool call ends a turn, "
-                    "so it cannot be in the open turn; resubmit only the user message, the assistant's tool "
-                    "calls and their tool results")
-            if pending:
-                raise InvalidMessage(
-                    f"invalid request: messages[{i}]: tool call {next(iter(pending))!r} has no result before "
-                    "the next assistant message; add a tool message with its result")
-            for call_id in calls:
-                if call_id in seen:
-                    raise InvalidMessage(
-                        f"invalid request: messages[{i}]: tool call id {call_id!r} is used twice in the open "
-                        "turn; give every call its own id")
-                seen.add(call_id)
-                pending[call_id] = i
-        elif m.role is Role.TOOL:
-            for part in m.parts:
-                call_id = part.id if isinstance(part, ToolResultPart) else ""
-                if call_id not in pending:
-                    raise InvalidMessage(
-                        f"invalid request: messages[{i}]: tool result {call_id!r} answers no open tool call of "
-                        "this turn; every result must answer an earlier assistant tool call, once")
-                del pending[call_id]
-        else:  # Invariant: ChatRequest allows system messages only as the leading prefix.
-            raise AssertionError(f"system message at {i} after the prefix")
-    if pending:
-        raise InvalidMessage(
-            f"invalid request: tool call {next(iter(pending))!r} (messages[{pending[next(iter(pending))]}]) "
-            "has no result; add a tool message with its result before calling the model")
-    return messages[:start], messages[start:]
-
-
-class _Turn:
-    """One wrapped call's decisions: built from validated input, fed the I/O results by a driver."""
-
-    __slots__ = ("_append_id", "_conversation_id", "_open", "_request", "_system")
-
-    def __init__(self, conversation_id: ConversationID, request: object, append_id: str | None) -> None:
-        if not isinstance(request, ChatRequest):
-            raise InvalidMessage(
-                f"invalid request: expected a schemas.ChatRequest, got {type(request).__name__}; "
-                "build one with ChatRequest([Message.system(...), Message.user(...)])")
-        self._system, self._open = _open_turn(request)
-        self._append_id = AppendID(append_id) if append_id is not None else None
-        self._conversation_id = conversation_id
-        self._request = request
-
-    def model_request(self, stored: object) -> ChatRequest:
-        """The model's request: system prefix, stored non-system messages, the open turn.
-        Every stored message is checked first."""
-        if not isinstance(stored, (list, tuple)):
-            raise InvalidMessage(
-                f"the reader returned {type(stored).__name__} for {str(self._conversation_id)!r}; "
-                "a reader must return a list of schemas.Message")
-        prior: list[Message] = []
-        for i, m in enumerate(stored):
-            if not isinstance(m, Message):
-                raise InvalidMessage(
-                    f"invalid stored message: {str(self._conversation_id)!r}[{i}] is a {type(m).__name__}, "
-                    "not a schemas.Message; the reader must return validated messages. The model was not called")
-            if m.role is not Role.SYSTEM:
-                prior.append(m)
-        if not prior:
-            return self._request
-        return ChatRequest((*self._system, *prior, *self._open), self._request.tools, self._request.options)
-
-    def batch_for(self, response: object) -> Batch | None:
-        """The batch to append after a natural completion, or ``None`` when nothing is stored."""
-        if not isinstance(response, ChatResponse):
-            raise InvalidMessage(
-                f"the model returned {type(response).__name__}, not a schemas.ChatResponse; nothing was stored. "
-                "Fix the model adapter")
-        message = response.message
-        if message is None or any(isinstance(p, ToolCallPart) for p in message.parts):
-            return None
-        append_id = self._append_id if self._append_id is not None else AppendID(str(uuid7()))
-        return Batch(self._conversation_id, append_id, (*self._open, message))
-
-
-@dataclass(frozen=True, slots=True)
-class _Replacing:
-    """A retry or edit in progress: the turn it replaces."""
-
-    old_turn_id: str
-    reason: str
-
-
-def _commit_error(batch: Batch, response: ChatResponse, cause: BaseException,
-                  receipt: Receipt | None = None, replacing: _Replacing | None = None) -> CommitError:
-    if replacing is None:
-        how = "retry with engine.append(err.batch)"
-    else:
-        how = "retry with engine.replace_turn(err.batch, err.old_turn_id, err.reason)"
-    return CommitError(
-        f"the model answered but appending its turn ({str(batch.append_id)!r}, {len(batch)} messages) to "
-        f"{str(batch.conversation_id)!r} failed: {cause}; {how} (safe to repeat, the model is not called again)",
-        batch=batch, receipt=receipt, response=response,
-        old_turn_id=replacing.old_turn_id if replacing else None, reason=replacing.reason if replacing else None)
-
-
-def _receipt(batch: Batch, response: ChatResponse, receipt: object, replacing: _Replacing | None = None) -> Receipt:
-    """``receipt`` if it names ``batch``; otherwise a ``CommitError``."""
-    if not isinstance(receipt, Receipt):
-        cause = InvalidReceipt(f"the writer returned {type(receipt).__name__}, not a Receipt")
-        raise _commit_error(batch, response, cause, None, replacing) from cause
-    try:
-        receipt.validate_for(batch)
-    except InvalidReceipt as exc:
-        raise _commit_error(batch, response, exc, receipt, replacing) from exc
-    return receipt
-
-
-def _replacement_request(request: object, old: HistoryTurn, reason: str) -> ChatRequest:
-    """The request of a retry or edit: for a retry without an open turn, the stored user message
-    is the open turn; a retry's user message must keep the old content (as admission demands)."""
-    if not isinstance(request, ChatRequest):
-        raise InvalidMessage(f"invalid request: expected a schemas.ChatRequest, got {type(request).__name__}")
-    old_user = old.messages[0].message
-    has_turn = any(m.role is not Role.SYSTEM for m in request.messages)
-    if reason == "edit":
-        if not has_turn:
-            raise InvalidMessage("invalid edit: the request holds no user message; put the edited user message "
-                                 "after the system messages")
-        return request
-    if not has_turn:
-        return ChatRequest((*request.messages, old_user), request.tools, request.options)
-    user = next(m for m in request.messages if m.role is not Role.SYSTEM)
-    if user.content_json() != old_user.content_json():
-        raise TurnNotReplaceable(
-            f"a retry keeps the user message of turn {old.id!r}, but the request's differs; use edit for a "
-            "new user message, or send only the system messages to retry the stored one")
-    return request
-
-
-def _accumulate(acc: ResponseAccumulator, delta: object) -> None:
-    try:
-        acc.add(delta)  # type: ignore[arg-type]  # checked inside: a non-ChatDelta raises InvalidMessage
-    except InvalidMessage as exc:
-        raise InvalidMessage(f"{exc}; the stream was abandoned and nothing was stored") from exc
-
-
-def _finish(acc: ResponseAccumulator) -> ChatResponse:
-    try:
-        return acc.response()
-    except InvalidMessage as exc:
-        raise InvalidMessage(f"{exc}; the stream ended without a finish reason, nothing was stored") from exc
-
-
-# --------------------------------------------------------------------------- the drivers (I/O only)
+_Plan = Callable[[object, str | None], Flow]
 
 
 class HistoryMiddleware:
@@ -368,195 +204,193 @@ class HistoryMiddleware:
     def conversation_id(self) -> ConversationID:
         return self._conversation_id
 
-    def _turn(self, request: object, append_id: str | None) -> _Turn:
-        return _Turn(self._conversation_id, request, append_id)
+    # ----- the wrappers: add a turn
+    def call(self, model: Callable[[ChatRequest], ChatResponse]) -> WrappedModel:
+        """Wrap ``model(request) -> ChatResponse``; the result also takes ``append_id=None``."""
+        return self._called(partial(append_flow, self._conversation_id), model)
 
-    def _read(self) -> list[Message]:
-        return self._config.reader.read(self._conversation_id)
+    def stream(self, streamer: Callable[[ChatRequest], Iterable[ChatDelta]]) -> WrappedStreamer:
+        """Wrap ``streamer(request) -> Iterator[ChatDelta]``; the result returns a lazy generator."""
+        return self._streamed(partial(append_flow, self._conversation_id), streamer)
 
-    # ----- sync
-    def _persist(self, batch: Batch, response: ChatResponse) -> Receipt:
-        try:
-            receipt = self._config.writer.append(batch)
-        except Exception as exc:
-            raise _commit_error(batch, response, exc) from exc
-        return _receipt(batch, response, receipt)
+    def acall(self, amodel: Callable[[ChatRequest], Awaitable[ChatResponse]]) -> AsyncWrappedModel:
+        """Wrap ``async amodel(request) -> ChatResponse``; the store runs in worker threads."""
+        return self._acalled(partial(append_flow, self._conversation_id), amodel)
 
-    def _replacer(self) -> TurnReplacer:
-        writer = self._config.writer
-        for name in ("latest_turn", "entries", "replace_turn"):
-            if not callable(getattr(writer, name, None)):
-                raise TypeError(f"retry/edit replace the latest turn through the writer, and "
-                                f"{type(writer).__name__} has no {name}(); use a HistoryEngine as the writer")
-        return writer  # type: ignore[return-value]  # checked above, method by method
+    def astream(self, astreamer: Callable[[ChatRequest], AsyncIterable[ChatDelta]]) -> AsyncWrappedStreamer:
+        """Wrap ``astreamer(request) -> AsyncIterator[ChatDelta]``; the result returns a lazy async generator."""
+        return self._astreamed(partial(append_flow, self._conversation_id), astreamer)
 
-    def _replacement(self, engine: TurnReplacer, request: object, reason: str,
-                     append_id: str | None) -> tuple[_Turn, _Replacing, list[Message]]:
-        """Read the latest turn and the history before it; validate the request (no model call yet)."""
-        old = engine.latest_turn(self._conversation_id)
-        if old is None:
-            raise TurnNotReplaceable(f"conversation {str(self._conversation_id)!r} has no turn to {reason}")
-        turn = self._turn(_replacement_request(request, old, reason), append_id)
-        before = [e.message for e in engine.entries(self._conversation_id, before=HistoryPosition(old.position, 0))]
-        reader = self._config.reader
-        if isinstance(reader, WindowReader):
-            before = select_window(before, reader.limit)
-        return turn, _Replacing(old.id, reason), before
-
-    def _replace(self, engine: TurnReplacer, batch: Batch, response: ChatResponse, replacing: _Replacing) -> Receipt:
-        try:
-            receipt = engine.replace_turn(batch, replacing.old_turn_id, replacing.reason)
-        except Exception as exc:
-            raise _commit_error(batch, response, exc, None, replacing) from exc
-        return _receipt(batch, response, receipt, replacing)
-
+    # ----- the wrappers: replace the latest turn
     def retry(self, model: Callable[[ChatRequest], ChatResponse]) -> WrappedModel:
         """Wrap ``model`` to regenerate the latest turn's answer: call the result with a request of
         the system messages only (the stored user message is used) or with the same user message;
         the new turn replaces the old one (``replace_turn(..., "retry")``)."""
-        return self._replacing(model, "retry")
+        return self._called(self._replacing("retry"), model)
+
+    def retry_stream(self, streamer: Callable[[ChatRequest], Iterable[ChatDelta]]) -> WrappedStreamer:
+        """``retry`` for a streamer: a lazy generator, replacing the turn on natural exhaustion."""
+        return self._streamed(self._replacing("retry"), streamer)
+
+    def aretry(self, amodel: Callable[[ChatRequest], Awaitable[ChatResponse]]) -> AsyncWrappedModel:
+        """``retry`` for an ``async`` model; the engine runs in worker threads."""
+        return self._acalled(self._replacing("retry"), amodel)
+
+    def aretry_stream(self, astreamer: Callable[[ChatRequest], AsyncIterable[ChatDelta]]) -> AsyncWrappedStreamer:
+        """``retry_stream`` for an async streamer; the engine runs in worker threads."""
+        return self._astreamed(self._replacing("retry"), astreamer)
 
     def edit(self, model: Callable[[ChatRequest], ChatResponse]) -> WrappedModel:
         """Wrap ``model`` to answer an edited user message: call the result with the system messages
         and the new user message; the new turn replaces the latest one (``replace_turn(..., "edit")``)."""
-        return self._replacing(model, "edit")
+        return self._called(self._replacing("edit"), model)
 
-    def _replacing(self, model: Callable[[ChatRequest], ChatResponse], reason: str) -> WrappedModel:
-        engine = self._replacer()
-
-        def wrapped(request: ChatRequest, /, *, append_id: str | None = None) -> ChatResponse:
-            turn, replacing, before = self._replacement(engine, request, reason, append_id)
-            response = model(turn.model_request(before))
-            batch = turn.batch_for(response)
-            if batch is not None:
-                self._replace(engine, batch, response, replacing)
-            return response
-
-        return wrapped
-
-    def aretry(self, amodel: Callable[[ChatRequest], Awaitable[ChatResponse]]) -> AsyncWrappedModel:
-        """``retry`` for an ``async`` model; the engine runs in worker threads."""
-        return self._areplacing(amodel, "retry")
+    def edit_stream(self, streamer: Callable[[ChatRequest], Iterable[ChatDelta]]) -> WrappedStreamer:
+        """``edit`` for a streamer: a lazy generator, replacing the turn on natural exhaustion."""
+        return self._streamed(self._replacing("edit"), streamer)
 
     def aedit(self, amodel: Callable[[ChatRequest], Awaitable[ChatResponse]]) -> AsyncWrappedModel:
         """``edit`` for an ``async`` model; the engine runs in worker threads."""
-        return self._areplacing(amodel, "edit")
+        return self._acalled(self._replacing("edit"), amodel)
 
-    def _areplacing(self, amodel: Callable[[ChatRequest], Awaitable[ChatResponse]], reason: str) -> AsyncWrappedModel:
-        engine = self._replacer()
+    def aedit_stream(self, astreamer: Callable[[ChatRequest], AsyncIterable[ChatDelta]]) -> AsyncWrappedStreamer:
+        """``edit_stream`` for an async streamer; the engine runs in worker threads."""
+        return self._astreamed(self._replacing("edit"), astreamer)
 
-        async def wrapped(request: ChatRequest, /, *, append_id: str | None = None) -> ChatResponse:
-            turn, replacing, before = await asyncio.to_thread(self._replacement, engine, request, reason, append_id)
-            response = await amodel(turn.model_request(before))
-            batch = turn.batch_for(response)
-            if batch is not None:
-                try:
-                    await _decided(lambda b: self._replace(engine, b, response, replacing), batch)
-                except asyncio.CancelledError as exc:
-                    exc.add_note(f"histlog: the replacement {str(batch.append_id)!r} had started and completed "
-                                 "before the cancellation took effect; the turn may be replaced")
-                    raise
-            return response
+    def _replacing(self, reason: str) -> _Plan:
+        """The plan of a retry or edit; refuses, when wrapping, a writer that cannot replace turns."""
+        before = "window" if isinstance(self._config.reader, WindowReader) else "entries"
+        _require(self._config.writer, "retry/edit replace the latest turn through the writer, and",
+                 ["latest_turn", before, "replace_turn"], "use a HistoryEngine as the writer")
+        return partial(replace_flow, self._conversation_id, reason)
 
-        return wrapped
-
-    def call(self, model: Callable[[ChatRequest], ChatResponse]) -> WrappedModel:
-        """Wrap ``model(request) -> ChatResponse``; the result also takes ``append_id=None``."""
-
+    # ----- the four faces of one driver pair
+    def _called(self, plan: _Plan, model: Callable[[ChatRequest], object]) -> WrappedModel:
         def wrapped(request: ChatRequest, /, *, append_id: str | None = None) -> ChatResponse:
-            turn = self._turn(request, append_id)
-            response = model(turn.model_request(self._read()))
-            batch = turn.batch_for(response)
-            if batch is not None:
-                self._persist(batch, response)
-            return response
+            out: list[ChatResponse] = []
+            for _ in self._drive(plan(request, append_id), model, False, out):
+                pass  # Invariant: a plain call yields no chunk.
+            return out[0]
 
         return wrapped
 
-    def stream(self, streamer: Callable[[ChatRequest], Iterable[ChatDelta]]) -> WrappedStreamer:
-        """Wrap ``streamer(request) -> Iterator[ChatDelta]``; the result returns a lazy generator."""
-
+    def _streamed(self, plan: _Plan, streamer: Callable[[ChatRequest], object]) -> WrappedStreamer:
         def wrapped(request: ChatRequest, /, *, append_id: str | None = None) -> Generator[ChatDelta, None, None]:
-            return self._stream(self._turn(request, append_id), streamer)
+            return self._drive(plan(request, append_id), streamer, True, [])
 
         return wrapped
 
-    def _stream(self, turn: _Turn, streamer: Callable[[ChatRequest], Iterable[ChatDelta]]
-                ) -> Generator[ChatDelta, None, None]:
-        upstream = streamer(turn.model_request(self._read()))
-        if not isinstance(upstream, Iterable):
-            raise InvalidMessage(f"the streamer returned {type(upstream).__name__}, not an iterator of ChatDelta; "
-                                 "nothing was stored")
-        chunks = iter(upstream)
-        acc = ResponseAccumulator()
-        try:
-            for delta in chunks:
-                _accumulate(acc, delta)
-                yield delta
-        finally:  # exhausted, failed, or closed by the consumer: upstream is closed either way
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-        response = _finish(acc)
-        batch = turn.batch_for(response)
-        if batch is not None:
-            self._persist(batch, response)
-
-    # ----- asyncio
-    async def _apersist(self, batch: Batch, response: ChatResponse) -> Receipt:
-        try:
-            receipt = await _decided(self._config.writer.append, batch)
-        except asyncio.CancelledError as exc:
-            exc.add_note(f"histlog: the append of {str(batch.append_id)!r} to {str(batch.conversation_id)!r} "
-                         "had started and completed before the cancellation took effect; the batch may be stored")
-            raise
-        except Exception as exc:
-            raise _commit_error(batch, response, exc) from exc
-        return _receipt(batch, response, receipt)
-
-    def acall(self, amodel: Callable[[ChatRequest], Awaitable[ChatResponse]]) -> AsyncWrappedModel:
-        """Wrap ``async amodel(request) -> ChatResponse``; the store runs in worker threads."""
-
+    def _acalled(self, plan: _Plan, amodel: Callable[[ChatRequest], Any]) -> AsyncWrappedModel:
         async def wrapped(request: ChatRequest, /, *, append_id: str | None = None) -> ChatResponse:
-            turn = self._turn(request, append_id)
-            stored = await asyncio.to_thread(self._read)
-            response = await amodel(turn.model_request(stored))
-            batch = turn.batch_for(response)
-            if batch is not None:
-                await self._apersist(batch, response)
-            return response
+            out: list[ChatResponse] = []
+            async for _ in self._adrive(plan(request, append_id), amodel, False, out):
+                pass  # Invariant: a plain call yields no chunk.
+            return out[0]
 
         return wrapped
 
-    def astream(self, astreamer: Callable[[ChatRequest], AsyncIterable[ChatDelta]]) -> AsyncWrappedStreamer:
-        """Wrap ``astreamer(request) -> AsyncIterator[ChatDelta]``; the result returns a lazy async generator."""
-
+    def _astreamed(self, plan: _Plan, astreamer: Callable[[ChatRequest], object]) -> AsyncWrappedStreamer:
         def wrapped(request: ChatRequest, /, *, append_id: str | None = None) -> AsyncGenerator[ChatDelta, None]:
-            return self._astream(self._turn(request, append_id), astreamer)
+            return self._adrive(plan(request, append_id), astreamer, True, [])
 
         return wrapped
 
-    async def _astream(self, turn: _Turn, astreamer: Callable[[ChatRequest], AsyncIterable[ChatDelta]]
-                       ) -> AsyncGenerator[ChatDelta, None]:
-        stored = await asyncio.to_thread(self._read)
-        upstream = astreamer(turn.model_request(stored))
-        if not isinstance(upstream, AsyncIterable):
-            raise InvalidMessage(f"the async streamer returned {type(upstream).__name__}, not an async iterator of "
-                                 "ChatDelta; nothing was stored")
-        chunks = aiter(upstream)
-        acc = ResponseAccumulator()
+    # ----- the drivers (I/O only)
+    def _io(self, step: Step) -> object:
+        """Run one store step (every step but ``Generate``), in the calling thread."""
+        cid, writer = self._conversation_id, self._config.writer
+        engine = cast(TurnReplacer, writer)  # Invariant: replace steps come only from _replacing's checked plan.
+        if isinstance(step, ReadHistory):
+            return self._config.reader.read(cid)
+        if isinstance(step, ReadTurn):
+            return engine.latest_turn(cid)
+        if isinstance(step, ReadBefore):
+            reader = self._config.reader
+            if isinstance(reader, WindowReader):
+                return engine.window(cid, reader.limit, before=step.position)
+            return [e.message for e in engine.entries(cid, before=step.position)]
+        assert isinstance(step, Persist), step  # Invariant: the drivers run Generate themselves.
+        if step.replacing is None:
+            return writer.append(step.batch)
+        return engine.replace_turn(step.batch, step.replacing.old_turn_id, step.replacing.reason)
+
+    def _drive(self, flow: Flow, model: Callable[[ChatRequest], Any], stream: bool,
+               out: list[ChatResponse]) -> Generator[ChatDelta, None, None]:
+        """Run ``flow`` in this thread: each step's result is sent in, its error thrown in. With
+        ``stream``, ``model`` is a streamer whose chunks are yielded as they come."""
         try:
-            async for delta in chunks:
-                _accumulate(acc, delta)
-                yield delta
+            step = advance(flow, None, None)
+            while not isinstance(step, ChatResponse):
+                result: object = None
+                error: Exception | None = None
+                try:
+                    if not isinstance(step, Generate):
+                        result = self._io(step)
+                    elif not stream:
+                        result = model(step.request)
+                    else:
+                        upstream = model(step.request)
+                        if not isinstance(upstream, Iterable):
+                            raise InvalidMessage(f"the streamer returned {type(upstream).__name__}, not an "
+                                                 "iterator of ChatDelta; nothing was stored")
+                        chunks, acc = iter(upstream), ResponseAccumulator()
+                        try:
+                            for delta in chunks:
+                                accumulate(acc, delta)
+                                yield delta
+                        finally:  # exhausted, failed, or closed by the consumer: upstream is closed either way
+                            close = getattr(chunks, "close", None)
+                            if close is not None:
+                                close()
+                        result = finish(acc)
+                except Exception as exc:
+                    error = exc
+                step = advance(flow, result, error)
+            out.append(step)
         finally:
-            aclose = getattr(chunks, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        response = _finish(acc)
-        batch = turn.batch_for(response)
-        if batch is not None:
-            await self._apersist(batch, response)
+            flow.close()
+
+    async def _adrive(self, flow: Flow, amodel: Callable[[ChatRequest], Any], stream: bool,
+                      out: list[ChatResponse]) -> AsyncGenerator[ChatDelta, None]:
+        """``_drive`` on the event loop: reads in a worker thread (a cancellation leaves them),
+        writes through ``_decided`` (a cancellation waits for them, then says so in a note)."""
+        try:
+            step = advance(flow, None, None)
+            while not isinstance(step, ChatResponse):
+                result: object = None
+                error: Exception | None = None
+                try:
+                    if isinstance(step, Persist):
+                        try:
+                            result = await _decided(self._io, step)
+                        except asyncio.CancelledError as cancelled:
+                            cancelled.add_note(step.note())
+                            raise
+                    elif not isinstance(step, Generate):
+                        result = await asyncio.to_thread(self._io, step)
+                    elif not stream:
+                        result = await amodel(step.request)
+                    else:
+                        upstream = amodel(step.request)
+                        if not isinstance(upstream, AsyncIterable):
+                            raise InvalidMessage(f"the async streamer returned {type(upstream).__name__}, not an "
+                                                 "async iterator of ChatDelta; nothing was stored")
+                        chunks, acc = aiter(upstream), ResponseAccumulator()
+                        try:
+                            async for delta in chunks:
+                                accumulate(acc, delta)
+                                yield delta
+                        finally:
+                            aclose = getattr(chunks, "aclose", None)
+                            if aclose is not None:
+                                await aclose()
+                        result = finish(acc)
+                except Exception as exc:
+                    error = exc
+                step = advance(flow, result, error)
+            out.append(step)
+        finally:
+            flow.close()
 
 
 async def _decided(fn: Callable[[Any], _T], arg: Any) -> _T:
@@ -575,4 +409,3 @@ async def _decided(fn: Callable[[Any], _T], arg: Any) -> _T:
             inner.exception()  # retrieved: the outcome is superseded by the cancellation
         raise cancelled
     return inner.result()
-

@@ -1,4 +1,5 @@
-"""``WindowReader``: a read projection over any reader (docs/design.md §5.2)."""
+"""``WindowReader``: a read projection over any reader, and the one rule of what a reader is
+(``check_reader``, used by ``WindowReader`` and ``MiddlewareConfig`` alike)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from typing import Protocol
 
 from engine.facade import HistoryEngine
 from projections.window import select_window
-from schemas.errors import InvalidWindow
+from schemas.errors import InvalidComponent, InvalidWindow
 from schemas.ids import ConversationID
 from schemas.messages import Message
 
@@ -17,6 +18,15 @@ class Reader(Protocol):
     """Anything that reads a conversation's messages in stored order."""
 
     def read(self, conversation_id: str) -> list[Message]: ...
+
+
+def check_reader(reader: object, where: str) -> None:
+    """``InvalidComponent`` (a ``TypeError``) unless ``reader`` has a callable ``read``: checked
+    when the reader is handed over, so ``None`` or a wrong object fails there, not at the first read."""
+    if not callable(getattr(reader, "read", None)):
+        raise InvalidComponent(
+            f"{where}: reader {type(reader).__name__} has no read(conversation_id) method; "
+            "pass a HistoryEngine, a WindowReader, or any object with read(conversation_id) -> list[Message]")
 
 
 class WindowReader:
@@ -34,6 +44,7 @@ class WindowReader:
     __slots__ = ("_limit", "_reader")
 
     def __init__(self, reader: Reader, limit: int) -> None:
+        check_reader(reader, "WindowReader")
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise InvalidWindow(f"invalid window: limit must be an int, got {type(limit).__name__}")
         if limit <= 0:

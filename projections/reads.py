@@ -362,15 +362,18 @@ class Reads:
         return Measure(row.messages - messages, row.content_bytes - content, row.turns - turns)
 
     # -- the message-count window ------------------------------------------------------------------
-    def window(self, conv: str, limit: int) -> list[Message]:
+    def window(self, conv: str, limit: int, before: HistoryPosition | None = None) -> list[Message]:
         """``WindowReader`` semantics in O(limit): the merged system message plus the longest
-        suffix of whole turns that fits. Raises ``WindowTooSmall`` as WindowReader does."""
-        opened = self._open(conv)
+        suffix of whole turns that fits. Raises ``WindowTooSmall`` as WindowReader does. With
+        ``before``, the window of the messages before that position (a retry's history)."""
+        bounds = _cursors(None, before)
+        opened = None if bounds is _NOTHING else self._open(conv)
         if opened is None:
             return []
         snap, c, row = opened
+        _, end = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
         system: list[Message] = []
-        system_ords = [_ord_of(k) for k, _ in snap.scan(keys.system_key(c, 0), keys.system_key(c, row.messages))]
+        system_ords = [_ord_of(k) for k, _ in snap.scan(keys.system_key(c, 0), keys.system_key(c, end))]
         for ord_ in system_ords:  # after the scan: a point read moves the snapshot's one iterator
             value = snap.get(keys.message_key(c, ord_))
             assert value is not None  # Invariant: S rows index visible M rows (same WriteBatch).
@@ -381,7 +384,7 @@ class Reads:
         # larger than what is left, so fit_turns never takes it.
         turns: list[list[bytes]] = []
         current_turn, total = -1, 0
-        for _, value in snap.scan_reverse(keys.message_key(c, 0), keys.message_key(c, row.messages)):
+        for _, value in snap.scan_reverse(keys.message_key(c, 0), keys.message_key(c, end)):
             turn, role, _ = keys.MessageRow.decode_head(value)
             if role == _SYSTEM:
                 continue

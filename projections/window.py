@@ -1,5 +1,6 @@
-"""The message-count window (``WindowReader``, docs/design.md §5.2), as a pure function and as its O(limit)
-projection query share one definition of "merged system message" and "turn"."""
+"""The message-count window of ``WindowReader`` (README, "Reading: windows, byte budgets..."),
+as a pure function; the O(limit) projection query (``Reads.window``) shares its definitions of
+"merged system message" and "turn"."""
 
 from __future__ import annotations
 

@@ -10,7 +10,8 @@ The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
     ├── InvalidReceipt          (ValueError)  a receipt does not name the batch it is checked against
     ├── InvalidWindow           (ValueError)  window limit <= 0
     ├── InvalidConfiguration    (ValueError)  a bad open()/CLI setting (address, path, timeout...)
-    │   └── TopicRefused                      the Kafka topic cannot be used as asked (retention, partitions...)
+    │   ├── TopicRefused                      the Kafka topic cannot be used as asked (retention, partitions...)
+    │   └── InvalidComponent    (TypeError)   a reader or writer without the method it must have
     ├── InvalidProjection       (ValueError)  register() got no Projection, or a bad or reserved name
     │   └── DuplicateProjection               another projection already has that name
     ├── ProjectionError                       a custom projection's apply() failed; it stopped
@@ -49,6 +50,7 @@ __all__ = [
     "HistoryError",
     "InvalidAppendID",
     "InvalidBatch",
+    "InvalidComponent",
     "InvalidConfiguration",
     "InvalidConversationID",
     "InvalidMessage",
@@ -219,6 +221,13 @@ class CorruptLog(HistoryError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class InvalidComponent(InvalidConfiguration, TypeError):
+    """An object given to a constructor lacks a method it must have: a reader without
+    ``read(conversation_id)``, a writer without ``append(batch)``, a ``retry``/``edit`` writer
+    without ``replace_turn``... The message names the method and what to pass (usually a
+    ``HistoryEngine``); nothing was read or written. Also a ``TypeError``, as it always was."""
 
 
 def _rebuild(cls: type[HistoryError], args: tuple[Any, ...], state: dict[str, Any]) -> HistoryError:

@@ -20,7 +20,9 @@ from schemas import (
     ChatResponse,
     CommitError,
     ConversationClosed,
+    HistoryError,
     InvalidAppendID,
+    InvalidComponent,
     InvalidConversationID,
     InvalidMessage,
     InvalidReceipt,
@@ -185,6 +187,18 @@ def test_a_reader_or_writer_without_the_method_is_rejected_at_construction(engin
         MiddlewareConfig(object(), engine, CONV)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="append"):
         MiddlewareConfig(engine, WindowReader(engine, 5), CONV)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("reader", [None, object(), "engine"])
+def test_a_reader_without_read_is_a_typed_error_at_construction_saying_what_to_pass(
+        engine: HistoryEngine, reader: object) -> None:
+    what = r"has no read\(conversation_id\) method; pass a HistoryEngine"
+    for construct in (lambda: WindowReader(reader, 3), lambda: MiddlewareConfig(reader, engine, CONV)):  # type: ignore[arg-type]
+        with pytest.raises(InvalidComponent, match=what) as info:
+            construct()
+        assert isinstance(info.value, TypeError) and isinstance(info.value, HistoryError)
+    with pytest.raises(InvalidComponent, match=r"writer NoneType has no append\(\) method; pass a HistoryEngine"):
+        MiddlewareConfig(engine, None, CONV)  # type: ignore[arg-type]
 
 
 BAD_REQUESTS = {

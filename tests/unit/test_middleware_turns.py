@@ -4,22 +4,29 @@ latest visible turn with ``replace_turn``, on a real embedded engine."""
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from engine import HistoryEngine, HistoryMiddleware, MiddlewareConfig, WindowReader
 from schemas import (
     Batch,
+    ChatDelta,
     ChatRequest,
     ChatResponse,
     CommitError,
     FinishReason,
+    InvalidAppendID,
     InvalidMessage,
     Message,
+    Receipt,
+    TextDelta,
     TurnNotReplaceable,
 )
-from tests.unit.middleware_support import SYSTEM, SpyModel, SpyStore
+from tests.unit.middleware_support import SYSTEM, SpyModel, SpyStore, SpyStreamer, Stepper
 
 C = "conv-1"
 
@@ -142,3 +149,156 @@ def test_async_twins_replace_the_turn(engine: HistoryEngine) -> None:
     assert texts(engine)[-2:] == ["And A4?", "Async edit."]
     assert [e.superseded_by for e in engine.entries(C, include_hidden=True) if e.hidden] == [
         "ar/0", "ar/0", "ae/0", "ae/0"]
+
+
+# --------------------------------------------------------------------------- streamed retry and edit
+
+STREAM_FORMS = {"retry_stream": False, "aretry_stream": True, "edit_stream": False, "aedit_stream": True}
+NEW_ANSWER = [ChatDelta([TextDelta("A2 arrived ")]), ChatDelta([TextDelta("yesterday.")]),
+              ChatDelta(finish_reason="stop")]
+
+
+class CountingEngine:
+    """The engine as a writer, counting the calls that reach it."""
+
+    def __init__(self, engine: HistoryEngine, *, fail_replace: bool = False) -> None:
+        self.engine = engine
+        self.fail_replace = fail_replace
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.engine, name)
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls.append(name)
+            return method(*args, **kwargs)
+
+        return counted
+
+    def replace_turn(self, batch: Batch, old_turn_id: str, reason: str) -> Receipt:
+        self.calls.append("replace_turn")
+        if self.fail_replace:
+            raise OSError("disk full (injected)")
+        return self.engine.replace_turn(batch, old_turn_id, reason)
+
+
+@pytest.fixture(params=sorted(STREAM_FORMS))
+def form(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def runner() -> Iterator[asyncio.Runner]:
+    with asyncio.Runner() as r:
+        yield r
+
+
+def open_stream(mw: HistoryMiddleware, form: str, streamer: SpyStreamer, request: object, runner: asyncio.Runner,
+                **kw: Any) -> Stepper:
+    """The stream of ``form``, stepped one ``next()`` at a time (the async forms on ``runner``)."""
+    if STREAM_FORMS[form]:
+        return Stepper(getattr(mw, form)(streamer.astream)(request, **kw), runner)
+    return Stepper(getattr(mw, form)(streamer)(request, **kw), None)
+
+
+def replacement(form: str) -> ChatRequest:
+    return ChatRequest([SYSTEM]) if "retry" in form else ChatRequest([SYSTEM, Message.user("And A2, really?")])
+
+
+def test_a_streamed_retry_or_edit_replaces_the_turn_when_upstream_is_exhausted(
+        engine: HistoryEngine, form: str, runner: asyncio.Runner) -> None:
+    streamer = SpyStreamer(*NEW_ANSWER)
+    mw = HistoryMiddleware(MiddlewareConfig(engine, engine, C))
+    stepper = open_stream(mw, form, streamer, replacement(form), runner, append_id="t2-new")
+    got = [stepper.next() for _ in NEW_ANSWER]
+    assert all(a is b for a, b in zip(got, NEW_ANSWER, strict=True))
+    assert texts(engine)[-1] == "It was delivered."  # the last chunk is out, upstream not yet exhausted
+    with pytest.raises(StopIteration):
+        stepper.next()
+    user = "And A2?" if "retry" in form else "And A2, really?"
+    assert [m.text() for m in streamer.requests[0].messages] == [SYSTEM.text(), "Where is A1?", "In Leipzig.", user]
+    assert texts(engine) == ["Where is A1?", "In Leipzig.", user, "A2 arrived yesterday."]
+    assert [(e.superseded_by, e.reason) for e in engine.entries(C, include_hidden=True) if e.hidden] == [
+        ("t2-new/0", form.removeprefix("a").removesuffix("_stream"))] * 2
+
+
+def test_a_streamed_replacement_is_lazy_and_validates_its_input_at_the_call(
+        engine: HistoryEngine, form: str, runner: asyncio.Runner) -> None:
+    writer, streamer = CountingEngine(engine), SpyStreamer(*NEW_ANSWER)
+    mw = HistoryMiddleware(MiddlewareConfig(engine, writer, C))
+    stepper = open_stream(mw, form, streamer, replacement(form), runner)
+    assert writer.calls == [] and streamer.calls == 0  # nothing read before the first next()
+    stepper.next()
+    assert writer.calls[:1] == ["latest_turn"] and streamer.calls == 1
+    stepper.close()
+    bad = ChatRequest([SYSTEM]) if "edit" in form else ChatRequest([SYSTEM, Message.assistant("no user")])
+    with pytest.raises(InvalidMessage):
+        open_stream(mw, form, streamer, bad, runner)
+    with pytest.raises(InvalidAppendID):
+        open_stream(mw, form, streamer, replacement(form), runner, append_id=" spaced")
+    assert writer.calls == ["latest_turn", "entries"] and streamer.calls == 1
+
+
+def test_a_streamed_replacement_closed_early_or_failing_upstream_replaces_nothing(
+        engine: HistoryEngine, form: str, runner: asyncio.Runner) -> None:
+    mw = HistoryMiddleware(MiddlewareConfig(engine, engine, C))
+    streamer = SpyStreamer(*NEW_ANSWER)
+    stepper = open_stream(mw, form, streamer, replacement(form), runner)
+    for _ in NEW_ANSWER:  # even right after the finish chunk
+        stepper.next()
+    stepper.close()
+    assert streamer.closed and texts(engine)[-2:] == ["And A2?", "It was delivered."]
+    boom = ConnectionResetError("provider dropped the stream")
+    failing = SpyStreamer(NEW_ANSWER[0], boom)
+    stepper = open_stream(mw, form, failing, replacement(form), runner)
+    stepper.next()
+    with pytest.raises(ConnectionResetError) as info:
+        stepper.next()
+    assert info.value is boom and failing.closed
+    assert texts(engine)[-2:] == ["And A2?", "It was delivered."] and engine.entries(C, include_hidden=True) == \
+        engine.entries(C)
+
+
+def test_a_streamed_replacement_commit_error_comes_after_the_last_chunk(
+        engine: HistoryEngine, form: str, runner: asyncio.Runner) -> None:
+    writer, streamer = CountingEngine(engine, fail_replace=True), SpyStreamer(*NEW_ANSWER)
+    mw = HistoryMiddleware(MiddlewareConfig(engine, writer, C))
+    stepper = open_stream(mw, form, streamer, replacement(form), runner, append_id="r1")
+    assert len([stepper.next() for _ in NEW_ANSWER]) == len(NEW_ANSWER)
+    with pytest.raises(CommitError) as info:
+        stepper.next()
+    err = info.value
+    assert (err.old_turn_id, err.reason) == ("t2/0", form.removeprefix("a").removesuffix("_stream"))
+    assert isinstance(err.__cause__, OSError) and err.response.text() == "A2 arrived yesterday."
+    assert texts(engine)[-1] == "It was delivered."
+    assert err.old_turn_id is not None and err.reason is not None
+    engine.replace_turn(err.batch, err.old_turn_id, err.reason)
+    assert texts(engine)[-1] == "A2 arrived yesterday." and streamer.calls == 1
+
+
+def test_a_cancellation_during_an_in_flight_replacement_waits_for_it_and_says_so(engine: HistoryEngine) -> None:
+    entered, release = threading.Event(), threading.Event()
+
+    class Blocking(CountingEngine):
+        def replace_turn(self, batch: Batch, old_turn_id: str, reason: str) -> Receipt:
+            entered.set()
+            assert release.wait(10.0), "the replacement was never released"
+            return super().replace_turn(batch, old_turn_id, reason)
+
+    mw = HistoryMiddleware(MiddlewareConfig(engine, Blocking(engine), C))
+    model = SpyModel(answer("A2 arrived yesterday."))
+
+    async def main() -> None:
+        call = asyncio.ensure_future(mw.aretry(model.acall)(ChatRequest([SYSTEM]), append_id="r1"))
+        await asyncio.to_thread(entered.wait, 10.0)
+        call.cancel()
+        for _ in range(20):  # give the cancellation every chance to end the task early
+            await asyncio.sleep(0)
+        assert not call.done(), "the task ended while its replacement was still in flight"
+        release.set()
+        with pytest.raises(asyncio.CancelledError) as info:
+            await call
+        assert any("replacement of turn 't2/0'" in n and "may be stored" in n for n in info.value.__notes__)
+
+    asyncio.run(main())
+    assert texts(engine)[-1] == "A2 arrived yesterday."
