@@ -19,7 +19,8 @@
 
 Every kafka-python error is translated in one place, ``_translate``: unreachable / timed out /
 retriable → ``LogUnavailable`` (retry later; the same ``KafkaLog`` recovers by itself when the
-broker is back), data gone → ``CorruptLog``, anything else that cannot succeed on retry →
+broker is back), data gone → ``CorruptLog``, a record the broker refuses as too large →
+``InvalidBatch`` (bad input, CLI exit 2), anything else that cannot succeed on retry →
 ``HistoryError``.
 """
 
@@ -91,7 +92,7 @@ def _translate(exc: BaseException, what: str, *, bootstrap: str, topic: str,
             f"(retention or deletion). Rebuild from a topic with infinite retention.",
             reason="offset out of range")
     if isinstance(exc, kerr.MessageSizeTooLargeError | kerr.RecordListTooLargeError):
-        return HistoryError(
+        return InvalidBatch(  # bad input: the same batch can never succeed on this topic
             f"{what}: the record is larger than {where} accepts ({exc}); raise the topic's "
             f"max.message.bytes (and the producer's max_request_size) or append smaller batches.")
     if isinstance(exc, kerr.TopicAuthorizationFailedError | kerr.ClusterAuthorizationFailedError):
