@@ -36,6 +36,7 @@ from schemas.errors import (
     NotFound,
     PreconditionFailed,
     StateUnavailable,
+    SubscriptionLost,
     TurnNotReplaceable,
     WindowTooSmall,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "Role",
     "StateUnavailable",
     "StoredMessage",
+    "SubscriptionLost",
     "TextDelta",
     "TextPart",
     "ToolCallDelta",

@@ -20,7 +20,8 @@ The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
     ├── CommitUnconfirmed                     no decision in time; resend the same Batch
     ├── LogUnavailable                        the log backend is down or fail-stopped
     ├── StateUnavailable                      the RocksDB state is in use, failed or cannot be written
-    └── CorruptLog                            a log record or segment is damaged
+    ├── CorruptLog                            a log record or segment is damaged
+    └── SubscriptionLost                      a subscriber fell behind; subscribe again and re-read
 
 Every message says what went wrong and what to do next. Errors carry no I/O
 handles and are safe to pickle or print.
@@ -51,6 +52,7 @@ __all__ = [
     "NotFound",
     "PreconditionFailed",
     "StateUnavailable",
+    "SubscriptionLost",
     "TurnNotReplaceable",
     "WindowTooSmall",
 ]
@@ -177,6 +179,19 @@ class CorruptLog(HistoryError):
     def __init__(self, message: str, *, reason: str = "", position: Any = None) -> None:
         super().__init__(message)
         self.reason = reason
+        self.position = position
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class SubscriptionLost(HistoryError):
+    """A subscription to accepted events fell further behind than its buffer holds, so events
+    were dropped (the projector never waits for a consumer). ``position`` is the first dropped
+    event's. Subscribe again, then re-read what you follow before consuming the new one."""
+
+    def __init__(self, message: str, *, position: Any = None) -> None:
+        super().__init__(message)
         self.position = position
 
     def __reduce__(self) -> tuple[Any, ...]:
