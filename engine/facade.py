@@ -27,7 +27,7 @@ from engine.refusals import answer
 from engine.state import open_file_parts, open_kafka_parts
 from projections.admission import Decision, Rows, conversation_row, precheck
 from projections.custom import Projection, ProjectionView
-from projections.delivery import Ticket
+from projections.delivery import DEFAULT_BUFFER, Subscription, Ticket
 from projections.reads import Reads, Unit
 from projections.runtime import Projector
 from projections.store import DamagedState, StateStore
@@ -453,6 +453,24 @@ class HistoryEngine:
     def log(self) -> Log:
         """The underlying log (for tools: tail, verify, benchmarks)."""
         return self._log
+
+    # -- accepted events -------------------------------------------------------------------------
+    def subscribe(self, *, buffer: int = DEFAULT_BUFFER) -> Subscription:
+        """A thread-safe iterator of the events this instance accepts from now on: ``BatchEvent``,
+        ``ClearEvent``, ``TurnReplacedEvent`` (``projections.events``, the objects custom
+        projections get), in log order per partition, from the first step applied after this
+        returns (``start``: the applied offsets then). Use it as a context manager; ``close()``
+        (any thread, or a signal handler) ends the iteration.
+
+        The projector never waits for a subscriber: at most ``buffer`` events (an int >= 1, else
+        ``InvalidConfiguration``) wait to be read; past that the subscription is lost and, after
+        the buffered events, raises ``SubscriptionLost`` (subscribe again, then re-read what you
+        follow). ``close()`` of the engine ends every iteration after its buffered events; a
+        projector that stops on a failure raises it (``StateUnavailable``) after them.
+        Duplicates, conflicts, refusals and poison records are not events (``stats`` counts them).
+        """
+        self._check_open()
+        return self._projector.subscribe(buffer)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def _check_open(self) -> None:
