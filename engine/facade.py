@@ -1,12 +1,14 @@
 """``HistoryEngine``: the public facade over a log and the projector (docs/design.md §1, §4).
-Long (≈540 lines) because it is the documented public surface: one method per row of the API
+Long (≈510 lines) because it is the documented public surface: one method per row of the API
 contract, each with the docstring that states its promise; argument rules, refusals and the
 opening of the log and state live in ``engine.arguments``, ``engine.refusals``, ``engine.state``.
 
-Write path of ``append``: validate (before any I/O) → fast path from local state (a known
-receipt or a closure answers without touching the log) → append the event to the log → wait
-until this instance's projector has applied *that* position → answer from the decision for
-that position (a racing writer elsewhere may have won: then it is a conflict).
+Write path of ``append``: validate (before any I/O) → fast path from local state (admission's
+own pre-check, ``projections.admission.precheck``: a known receipt, a closure or a refusal that
+no later record can change answers without touching the log) → take a ticket for the record
+key, append the event to the log → the ticket answers with the projector's decision for *that*
+position (a racing writer elsewhere may have won: then it is a conflict) → ``engine.refusals``
+turns the decision into the receipt or the exception, the same for both paths.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from engine.arguments import EMPTY, Empty, check_budget, check_cursors, check_directory, check_timeout, expected_of
-from engine.log.base import Log, record_key
+from engine.log.base import Log
 from engine.log.file import FsyncPolicy
-from engine.refusals import closed, conflict, not_replaceable, precondition_failed, refusal
+from engine.refusals import answer
 from engine.state import open_file_parts, open_kafka_parts
-from projections.admission import Decision, Outcome
+from projections.admission import Decision, Rows, conversation_row, precheck
 from projections.custom import Projection, ProjectionView
+from projections.delivery import DEFAULT_BUFFER, Subscription, Ticket
 from projections.reads import Reads, Unit
 from projections.runtime import Projector
 from projections.store import DamagedState, StateStore
@@ -43,9 +46,10 @@ from schemas.errors import (
     StateUnavailable,
 )
 from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event
-from schemas.ids import ConversationID
+from schemas.ids import ConversationID, MessageID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
+from schemas.records import record_key
 from schemas.times import now_ms
 
 __all__ = ["EMPTY", "EngineStats", "HistoryEngine", "Progress"]
@@ -201,11 +205,6 @@ class HistoryEngine:
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
         expected = expected_of(batch, expected_last)
         self._check_open()
-        fast = self._fast_path(batch)
-        if fast is not None:
-            return fast
-        if expected is not None:
-            self._precondition_fast_path(batch, expected)
         return self._write(batch, BatchAppended.of(batch, _now_ms(), expected), timeout)
 
     def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0) -> Receipt:
@@ -229,91 +228,45 @@ class HistoryEngine:
             raise InvalidBatch("invalid replacement turn: it must start with its user message "
                                f"(messages[0] is {batch.messages[0].role.value})")
         self._check_open()
-        fast = self._fast_path(batch)
-        if fast is not None:
-            return fast
-        self._replaceable_fast_path(batch, old_turn_id)
         return self._write(batch, TurnReplaced.of(batch, _now_ms(), old_turn_id, reason), timeout)
 
-    def _replaceable_fast_path(self, batch: Batch, old_turn_id: str) -> None:
-        """Refuse without touching the log when local state already proves ``old_turn_id`` can
-        never be the latest visible turn again: it is known here and another turn is the latest
-        (turns only move forward)."""
-        c = batch.conversation_id
-        latest = self._reads.latest_turn_id(c)
-        if latest is None or latest == old_turn_id:
-            return
-        append_id, _, _ = old_turn_id.rpartition("/")
-        if append_id and self._reads.receipt(c, append_id) is not None:
-            raise not_replaceable(batch, f"turn {old_turn_id!r} is not the latest visible turn ({latest!r} is)")
-
     def _write(self, batch: Batch, event: BatchAppended | TurnReplaced, timeout: float) -> Receipt:
-        deadline = time.monotonic() + timeout
         c, a = batch.conversation_id, batch.append_id
+        # Point reads of facts that only move forward need no snapshot; the latest turn is two dependent reads.
+        rows: Rows = self._store.iterator() if isinstance(event, TurnReplaced) else self._store
+        known = precheck(rows, conversation_row(rows, c), event, batch, in_log_order=False)
+        if known is not None:
+            return self._answer(batch, known, None)
+        deadline = time.monotonic() + timeout
         key = record_key(c, a)
-        with self._projector.expecting(key, batch):
+        with self._projector.expecting(key, batch) as ticket:
             position = self._log.append(key, encode_event(event), timeout=timeout)
-            decision = self._decided(position, deadline, f"append {str(a)!r} to {str(c)!r}",
+            decision = self._decided(ticket, position, deadline, timeout, f"append {str(a)!r} to {str(c)!r}",
                                      "resend the same Batch (it is safe: a retry returns the original receipt)")
-        if decision is None:
-            raise CommitUnconfirmed(
-                f"append {str(a)!r} to {str(c)!r} was written at {position} but not decided within {timeout}s; "
-                "resend the same Batch (it is safe: a retry returns the original receipt)")
         return self._answer(batch, decision, position)
 
-    def _precondition_fast_path(self, batch: Batch, expected: str) -> None:
-        """Refuse without touching the log when local state already proves the precondition can
-        never hold: the conversation's last append is another one, and the expected append is
-        known here (so it cannot become the last again), or any append exists and none was expected."""
-        row = self._reads.conversation(batch.conversation_id)
-        if row is None or row.last_append == expected:
-            return
-        if expected == "" or self._reads.receipt(batch.conversation_id, expected) is not None:
-            raise precondition_failed(batch, expected, row.last_append)
-
-    def _fast_path(self, batch: Batch) -> Receipt | None:
-        c, a = batch.conversation_id, batch.append_id
-        row = self._reads.conversation(c)
-        if row is None:
-            return None
-        if row.closed:
-            raise closed(c)
-        prior = self._reads.receipt(c, a)
-        if prior is None:
-            return None
-        if prior.digest != batch.digest:
-            raise conflict(batch, prior.digest)
-        return Receipt(c, a, prior.digest, LogPosition(prior.partition, prior.offset))
-
-    def _decided(self, position: LogPosition, deadline: float, what: str, then: str) -> Decision | None:
-        """The decision for our own record at ``position``; once written, a stopped projector makes
-        the outcome unknown: ``CommitUnconfirmed``, never a plain failure."""
+    def _decided(self, ticket: Ticket, position: LogPosition, deadline: float, timeout: float, what: str,
+                 then: str) -> Decision:
+        """The decision for our own record at ``position``. Once it is written, an outcome that is
+        not known in time (a timeout, a stopped or closed projector) is ``CommitUnconfirmed``,
+        never a plain failure."""
         try:
-            return self._wait_decision(position, deadline)
+            decision = ticket.wait(position, max(deadline - time.monotonic(), 0.0))
         except StateUnavailable as e:
             raise CommitUnconfirmed(
                 f"{what} was written at {position}, but the state store failed before deciding it ({e}); "
                 f"{then} once the engine is reopened") from self._projector.failure or e
-
-    def _wait_decision(self, position: LogPosition, deadline: float) -> Decision | None:
-        if not self._projector.wait_applied(position, max(deadline - time.monotonic(), 0.0)):
-            return None
-        decision = self._projector.decision(position)
         if decision is not None:
             return decision
-        return Decision(Outcome.CORRUPT, reason="decision no longer remembered")
+        if self._closed:
+            raise CommitUnconfirmed(f"{what} was written at {position}, but this engine was closed before deciding "
+                                    f"it; {then} once the engine is reopened")
+        raise CommitUnconfirmed(f"{what} was written at {position} but not decided within {timeout}s; {then}")
 
-    def _answer(self, batch: Batch, decision: Decision, position: LogPosition) -> Receipt:
-        outcome = decision.outcome
-        if outcome in (Outcome.ACCEPTED, Outcome.DUPLICATE) and decision.receipt_position is not None:
-            return decision.receipt(batch.conversation_id, batch.append_id)
-        refused = refusal(batch, decision)
-        if refused is not None:
-            raise refused
-        # Our own event was judged poison, or its decision was forgotten: derive it from state.
-        retry = self._fast_path(batch)
-        if retry is not None:
-            return retry
+    def _answer(self, batch: Batch, decision: Decision, position: LogPosition | None) -> Receipt:
+        receipt = answer(batch, decision)  # raises the refusals
+        if receipt is not None:
+            return receipt
         raise CorruptLog(
             f"the event written at {position} was not accepted ({decision.reason}); "
             "run `histlog stats` and `histlog log verify`, then resend the same Batch",
@@ -332,10 +285,10 @@ class HistoryEngine:
             return
         deadline = time.monotonic() + timeout
         event = ConversationCleared(c, _now_ms())
-        position = self._log.append(record_key(c), encode_event(event), timeout=timeout)
-        if self._decided(position, deadline, f"clear of {str(c)!r}", "call clear again") is None:
-            raise CommitUnconfirmed(
-                f"clear of {str(c)!r} was written at {position} but not applied within {timeout}s; call clear again")
+        key = record_key(c)
+        with self._projector.expecting(key) as ticket:
+            position = self._log.append(key, encode_event(event), timeout=timeout)
+            self._decided(ticket, position, deadline, timeout, f"clear of {str(c)!r}", "call clear again")
 
     # -- reads ---------------------------------------------------------------------------------
     def read(self, conversation_id: str, at_least: Receipt | None = None, timeout: float = 30.0) -> list[Message]:
@@ -380,8 +333,7 @@ class HistoryEngine:
         """The visible user-led turn holding ``message_id`` (an id from ``entries``); ``NotFound``
         for an unknown message, a hidden one, or one before the first user message."""
         c = ConversationID(conversation_id)
-        if not isinstance(message_id, str):
-            raise NotFound(f"message ids are str (APPEND_ID/INDEX), got {type(message_id).__name__}")
+        MessageID.parse(message_id)  # NotFound for what spells no message id, before any I/O
         self._check_open()
         return self._reads.turn(c, message_id)
 
@@ -506,6 +458,24 @@ class HistoryEngine:
     def log(self) -> Log:
         """The underlying log (for tools: tail, verify, benchmarks)."""
         return self._log
+
+    # -- accepted events -------------------------------------------------------------------------
+    def subscribe(self, *, buffer: int = DEFAULT_BUFFER) -> Subscription:
+        """A thread-safe iterator of the events this instance accepts from now on: ``BatchEvent``,
+        ``ClearEvent``, ``TurnReplacedEvent`` (``projections.events``, the objects custom
+        projections get), in log order per partition, from the first step applied after this
+        returns (``start``: the applied offsets then). Use it as a context manager; ``close()``
+        (any thread, or a signal handler) ends the iteration.
+
+        The projector never waits for a subscriber: at most ``buffer`` events (an int >= 1, else
+        ``InvalidConfiguration``) wait to be read; past that the subscription is lost and, after
+        the buffered events, raises ``SubscriptionLost`` (subscribe again, then re-read what you
+        follow). ``close()`` of the engine ends every iteration after its buffered events; a
+        projector that stops on a failure raises it (``StateUnavailable``) after them.
+        Duplicates, conflicts, refusals and poison records are not events (``stats`` counts them).
+        """
+        self._check_open()
+        return self._projector.subscribe(buffer)
 
     # -- lifecycle -----------------------------------------------------------------------------
     def _check_open(self) -> None:

@@ -1,56 +1,48 @@
-"""The exceptions that tell a writer why its append was refused: one builder per refusal, used
-both by the facade's fast path (local state already proves the answer) and by the answer to the
-projector's decision for its own log position, so each message is written once."""
+"""The one mapping from an admission ``Decision`` to what a writer gets: the receipt it proves,
+or the exception that says why the write was refused. Used for the fast path's decisions (local
+state already proves the answer, ``projections.admission.precheck``) and for the projector's
+decision for the writer's own log position alike, so each message is written once."""
 
 from __future__ import annotations
 
 from projections.admission import Decision, Outcome
-from schemas.batch import Batch
+from schemas.batch import Batch, Receipt
 from schemas.errors import AppendConflict, ConversationClosed, HistoryError, PreconditionFailed, TurnNotReplaceable
 
-__all__ = ["closed", "conflict", "not_replaceable", "precondition_failed", "refusal"]
+__all__ = ["answer", "refusal"]
+
+
+def answer(batch: Batch, decision: Decision) -> Receipt | None:
+    """The receipt of an accepted or duplicate decision; raises the refusal of a refusing one;
+    None for the others (a corrupt record: the caller says what was written where)."""
+    if decision.outcome in (Outcome.ACCEPTED, Outcome.DUPLICATE) and decision.receipt_position is not None:
+        return decision.receipt(batch.conversation_id, batch.append_id)
+    refused = refusal(batch, decision)
+    if refused is not None:
+        raise refused
+    return None
 
 
 def refusal(batch: Batch, decision: Decision) -> HistoryError | None:
     """The exception for a refusing decision (conflict, closed, precondition, not replaceable),
-    or None for the others (accepted, duplicate, corrupt: the caller answers those)."""
+    or None for the others (accepted, duplicate, corrupt)."""
     outcome = decision.outcome
+    c, a = str(batch.conversation_id), str(batch.append_id)
     if outcome is Outcome.CONFLICT:
-        return conflict(batch, decision.digest)
+        return AppendConflict(
+            f"append id {a!r} of conversation {c!r} already names different content ({decision.digest}, this "
+            f"batch is {batch.digest}); to retry, resend the original batch; for new content use a new append id",
+            conversation_id=batch.conversation_id, append_id=batch.append_id,
+            existing_digest=decision.digest, digest=batch.digest)
     if outcome is Outcome.REJECTED_CLOSED:
-        return closed(batch.conversation_id)
+        return ConversationClosed(f"conversation {c!r} is closed forever (it was cleared); start a new conversation id",
+                                  conversation_id=batch.conversation_id)
     if outcome is Outcome.PRECONDITION_FAILED:
         return PreconditionFailed(
-            f"append {str(batch.append_id)!r} to {str(batch.conversation_id)!r} refused: {decision.reason}; "
+            f"append {a!r} to {c!r} refused: {decision.reason}; "
             "read the conversation again and retry with its latest receipt as expected_last")
     if outcome is Outcome.NOT_REPLACEABLE:
-        return not_replaceable(batch, decision.reason)
+        return TurnNotReplaceable(f"replacement {a!r} of {c!r} refused: {decision.reason}; "
+                                  "read latest_turn() and decide again")
     return None
 
-
-def not_replaceable(batch: Batch, reason: str) -> TurnNotReplaceable:
-    return TurnNotReplaceable(
-        f"replacement {str(batch.append_id)!r} of {str(batch.conversation_id)!r} refused: {reason}; "
-        "read latest_turn() and decide again")
-
-
-def precondition_failed(batch: Batch, expected: str, last: str) -> PreconditionFailed:
-    wanted = repr(expected) if expected else "no append yet"
-    return PreconditionFailed(
-        f"append {str(batch.append_id)!r} to {str(batch.conversation_id)!r} refused: expected last append {wanted}, "
-        f"found {last!r}; read the conversation again and retry with its latest receipt as expected_last")
-
-
-def closed(c: str) -> ConversationClosed:
-    return ConversationClosed(
-        f"conversation {str(c)!r} is closed forever (it was cleared); start a new conversation id",
-        conversation_id=c)
-
-
-def conflict(batch: Batch, existing: str) -> AppendConflict:
-    return AppendConflict(
-        f"append id {str(batch.append_id)!r} of conversation {str(batch.conversation_id)!r} already names "
-        f"different content ({existing}, this batch is {batch.digest}); to retry, resend the original "
-        "batch; for new content use a new append id",
-        conversation_id=batch.conversation_id, append_id=batch.append_id,
-        existing_digest=existing, digest=batch.digest)

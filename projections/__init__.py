@@ -6,6 +6,7 @@ replaying the log rebuilds exactly the same state.
 
 from projections.admission import Decision, Outcome
 from projections.custom import Projection, ProjectionTx, ProjectionView
+from projections.delivery import Subscription
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from projections.runtime import Projector
 from projections.store import StateStore
@@ -21,5 +22,6 @@ __all__ = [
     "ProjectionView",
     "Projector",
     "StateStore",
+    "Subscription",
     "TurnReplacedEvent",
 ]

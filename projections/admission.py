@@ -22,6 +22,10 @@ consumes the same log reaches the same decisions:
 * ``ConversationCleared(c)``: ``c`` becomes closed forever (**cleared**; a repeated clear is a
   no-op **duplicate**); its receipts and rows are dropped, the closure stays.
 
+The batch and replacement rules (closed, duplicate, conflict, precondition, replaceable) are
+written once, in ``precheck``: the projector applies them in log order, and a writer's fast path
+applies them to its local state, where they answer only what no later record can change.
+
 Whether a record is poison is decided from its key and value alone, before any state is read,
 so a damaged record is poison whatever state it meets, on every instance, with or without custom
 projections: a record that is not poison always fits the state's rows (``keys``). Messages are
@@ -35,16 +39,17 @@ from dataclasses import dataclass
 
 from projections import full, keys
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
+from projections.full import Rows
 from projections.store import Tx
 from schemas.batch import Batch, Receipt
 from schemas.errors import CorruptLog
-from schemas.events import ConversationCleared, TurnReplaced, decode_event, event_batch
-from schemas.ids import AppendID, ConversationID
+from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, decode_event, event_batch
+from schemas.ids import AppendID, ConversationID, MessageID
 from schemas.positions import LogPosition
 from schemas.records import record_key_bytes
 from schemas.times import time_of
 
-__all__ = ["Decision", "Outcome", "admit"]
+__all__ = ["Decision", "Outcome", "Rows", "admit", "conversation_row", "precheck"]
 
 
 class Outcome(enum.StrEnum):
@@ -129,8 +134,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     conv = conversation_id.encode("utf-8")
     if key != record_key_bytes(conv, append_id):
         return _corrupt("record key does not match the event")
-    raw_row = tx.get(keys.conv_key(conv))
-    row = keys.ConversationRow.decode(raw_row) if raw_row is not None else None
+    row = conversation_row(tx, conversation_id)
 
     if isinstance(event, ConversationCleared):
         if row is not None and row.closed:
@@ -142,58 +146,99 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         return Decision(Outcome.CLEARED), ClearEvent(conversation_id, position, time_of(event.created_at_ms))
 
     assert batch is not None  # Invariant: only BatchAppended and TurnReplaced reach here.
-    if row is not None and row.closed:
-        return Decision(Outcome.REJECTED_CLOSED), None
-    rkey = keys.receipt_key(conv, append_id)
-    raw_receipt = tx.get(rkey)
-    if raw_receipt is not None:
-        prior = keys.ReceiptRow.decode(raw_receipt)
-        if prior.digest == event.digest:
-            return Decision(Outcome.DUPLICATE, prior.digest, LogPosition(prior.partition, prior.offset)), None
-        return Decision(Outcome.CONFLICT, prior.digest), None
+    refused = precheck(tx, row, event, batch, in_log_order=True)
+    if refused is not None:
+        return refused, None
     row = row or keys.ConversationRow()
     hidden = range(0)
     if isinstance(event, TurnReplaced):
         latest = full.latest_turn(tx, conv, row)
-        refusal = _refusal(tx, conv, latest, event, batch)
-        if refusal:
-            return Decision(Outcome.NOT_REPLACEABLE, reason=refusal), None
-        assert latest is not None  # Invariant: _refusal refuses without a latest turn.
-        first_seq, first_ord, hidden = full.replace_latest_turn(tx, conv, row, latest[1], batch, event.reason,
-                                                                event.created_at_ms)
-    elif event.expected_last is not None and event.expected_last != row.last_append:
-        expected = repr(event.expected_last) if event.expected_last else "no append yet"
-        found = repr(row.last_append) if row.last_append else "none"
-        return Decision(Outcome.PRECONDITION_FAILED, reason=f"expected last append {expected}, found {found}"), None
+        assert latest is not None  # Invariant: precheck refuses a replacement without a latest turn.
+        first_seq, first_ord, hidden, positions = full.replace_latest_turn(tx, conv, row, latest[1], batch,
+                                                                           event.reason, event.created_at_ms)
     else:
-        first_seq, first_ord = full.append(tx, conv, row, batch, event.created_at_ms)
+        first_seq, first_ord, positions = full.append(tx, conv, row, batch, event.created_at_ms)
     row.last_append = batch.append_id
     tx.put(keys.conv_key(conv), row.encode())
-    tx.put(rkey, keys.ReceiptRow(event.digest, position.partition, position.offset, first_seq,
-                                 len(batch), first_ord).encode())
+    tx.put(keys.receipt_key(conv, append_id), keys.ReceiptRow(event.digest, position.partition, position.offset,
+                                                              first_seq, len(batch), first_ord).encode())
     decision = Decision(Outcome.ACCEPTED, event.digest, position)
     if not want_event:
         return decision, None
     created = time_of(event.created_at_ms)
     if isinstance(event, TurnReplaced):
         return decision, TurnReplacedEvent(conversation_id, event.old_turn_id, event.reason, batch.append_id,
-                                           batch.messages, event.digest, position, created, first_seq, hidden)
+                                           batch.messages, event.digest, position, created, first_seq, hidden,
+                                           positions)
     return decision, BatchEvent(conversation_id, batch.append_id, batch.messages, event.digest, position, created,
-                                first_seq)
+                                first_seq, positions)
 
 
-def _refusal(tx: Tx, conv: bytes, latest: tuple[str, int] | None, event: TurnReplaced, batch: Batch) -> str:
-    """Why ``event`` may not replace its turn ("" when it may); ``latest`` is the latest visible
-    turn's ``(id, first ordinal)``."""
+def conversation_row(rows: Rows, conversation_id: str) -> keys.ConversationRow | None:
+    """The conversation's summary row, or None before its first accepted append or clear."""
+    raw = rows.get(keys.conv_key(conversation_id.encode("utf-8")))
+    return keys.ConversationRow.decode(raw) if raw is not None else None
+
+
+def precheck(rows: Rows, row: keys.ConversationRow | None, event: BatchAppended | TurnReplaced, batch: Batch, *,
+             in_log_order: bool) -> Decision | None:
+    """Admission's rules for a batch or a replacement (closed, duplicate, conflict, precondition,
+    replaceable), the one home of each, without effects: the refusal or duplicate ``Decision``,
+    or None.
+
+    ``row`` is the conversation's row as read from ``rows`` (``conversation_row``). With
+    ``in_log_order=True`` (the projector) ``rows`` is the state just before this record in log
+    order, so every rule decides and None means *accept*. With ``in_log_order=False`` (a writer's
+    fast path) ``rows`` is some earlier prefix of the log: a rule answers only when no later
+    record can change its answer (a closure and a receipt are permanent; an append that is
+    known and not the last can never be the last again; turns only move forward), and None means
+    *undecided: the event must go through the log*.
+    """
+    if row is not None and row.closed:
+        return Decision(Outcome.REJECTED_CLOSED)
+    conv = batch.conversation_id.encode("utf-8")
+    raw_receipt = rows.get(keys.receipt_key(conv, batch.append_id.encode("utf-8"))) if row is not None else None
+    if raw_receipt is not None:
+        prior = keys.ReceiptRow.decode(raw_receipt)
+        if prior.digest == event.digest:
+            return Decision(Outcome.DUPLICATE, prior.digest, LogPosition(prior.partition, prior.offset))
+        return Decision(Outcome.CONFLICT, prior.digest)
+    if isinstance(event, TurnReplaced):
+        reason = _not_replaceable(rows, conv, row, event, batch, in_log_order)
+        return Decision(Outcome.NOT_REPLACEABLE, reason=reason) if reason else None
+    expected = event.expected_last
+    last = row.last_append if row is not None else ""
+    if expected is None or expected == last:
+        return None
+    if not in_log_order and (row is None or (expected and not _known(rows, conv, expected))):
+        return None  # the expected append may still become the last one
+    wanted = repr(str(expected)) if expected else "no append yet"  # str: the decoded id is an AppendID
+    found = repr(str(last)) if last else "none"
+    return Decision(Outcome.PRECONDITION_FAILED, reason=f"expected last append {wanted}, found {found}")
+
+
+def _known(rows: Rows, conv: bytes, append_id: str) -> bool:
+    return rows.get(keys.receipt_key(conv, append_id.encode("utf-8"))) is not None
+
+
+def _not_replaceable(rows: Rows, conv: bytes, row: keys.ConversationRow | None, event: TurnReplaced, batch: Batch,
+                     in_log_order: bool) -> str:
+    """Why ``event`` may not replace its turn ("" when it may, or, out of log order, when that is
+    not decided yet)."""
+    latest = full.latest_turn(rows, conv, row) if row is not None else None
     if latest is None:
+        if not in_log_order:
+            return ""
         return f"turn {event.old_turn_id!r} is not the latest visible turn (the conversation has no turn)"
     latest_id, first_ord = latest
     if latest_id != event.old_turn_id:
+        old_append = MessageID.parse(event.old_turn_id).append_id  # valid: checked with the event
+        if not in_log_order and not _known(rows, conv, old_append):
+            return ""  # an unknown turn may still become the latest one
         return f"turn {event.old_turn_id!r} is not the latest visible turn ({latest_id!r} is)"
-    if event.reason == "retry":
-        source = tx.get(keys.source_key(conv, first_ord))
+    if in_log_order and event.reason == "retry":
+        source = rows.get(keys.source_key(conv, first_ord))
         assert source is not None  # Invariant: visible messages have their N row.
         if keys.SourceRow.decode(source)[6] != batch.messages[0].content_json():
             return "a retry keeps the user message; its content differs from the old turn's (use reason 'edit')"
     return ""
-

@@ -7,14 +7,15 @@ from datetime import datetime
 
 from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message
-from schemas.positions import LogPosition
+from schemas.positions import HistoryPosition, LogPosition
 
 __all__ = ["BatchEvent", "ClearEvent", "ProjectedEvent", "TurnReplacedEvent"]
 
 
 @dataclass(frozen=True, slots=True)
 class BatchEvent:
-    """An accepted batch: its messages got sequence numbers ``first_seq .. first_seq+len-1``."""
+    """An accepted batch: its messages got sequence numbers ``first_seq .. first_seq+len-1`` and
+    the ``positions`` ``entries`` reports for them (``()`` in an event built without them)."""
 
     conversation_id: ConversationID
     append_id: AppendID
@@ -23,6 +24,7 @@ class BatchEvent:
     position: LogPosition
     created_at: datetime
     first_seq: int
+    positions: tuple[HistoryPosition, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +40,8 @@ class ClearEvent:
 class TurnReplacedEvent:
     """An accepted edit or retry: the turn ``old_turn_id`` (its messages had the sequence numbers
     ``hidden_seqs``) is now hidden, and the replacement turn's ``messages`` got the sequence
-    numbers ``first_seq .. first_seq+len-1``. A projection that mirrors the visible history
-    drops ``hidden_seqs`` and adds the messages, as one step."""
+    numbers ``first_seq .. first_seq+len-1`` and ``positions`` (as ``BatchEvent``). A projection
+    that mirrors the visible history drops ``hidden_seqs`` and adds the messages, as one step."""
 
     conversation_id: ConversationID
     old_turn_id: str
@@ -51,6 +53,7 @@ class TurnReplacedEvent:
     created_at: datetime
     first_seq: int
     hidden_seqs: range
+    positions: tuple[HistoryPosition, ...] = ()
 
 
 ProjectedEvent = BatchEvent | ClearEvent | TurnReplacedEvent

@@ -10,27 +10,38 @@ message when that is not a user message.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from projections import keys
 from projections.store import Tx
 from schemas.batch import Batch
 from schemas.ids import MessageID
+from schemas.positions import HistoryPosition
 
-__all__ = ["append", "clear", "latest_turn", "replace_latest_turn", "turn_id"]
+__all__ = ["Rows", "append", "clear", "latest_turn", "replace_latest_turn", "turn_id"]
+
+
+class Rows(Protocol):
+    """Point reads of the state: a step's ``Tx``, a ``Snapshot`` or the ``StateStore`` itself."""
+
+    def get(self, key: bytes) -> bytes | None: ...
 
 _USER = keys.ROLE_CODES["user"]
 _SYSTEM = keys.ROLE_CODES["system"]
 _VISIBLE = (keys.message_key, keys.source_key, keys.aggregate_key)
 
 
-def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch, created_at_ms: int) -> tuple[int, int]:
+def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch,
+           created_at_ms: int) -> tuple[int, int, tuple[HistoryPosition, ...]]:
     """Store the batch's messages after the conversation's last visible one; update ``row`` in
     place. Per message: the full row (``M``), the turn-source row (``N``), the running sums before
     it (``A``), the system index (``S``) and, when it opens a turn, the turn index (``T``).
 
-    Returns the first sequence number and the first ordinal assigned.
+    Returns the first sequence number and the first ordinal assigned, and the messages' positions.
     """
     first_seq = seq = row.next_seq
     first_ord = row.messages
+    positions = []
     aid = batch.append_id.encode("utf-8")
     for index, message in enumerate(batch.messages):
         ord_ = row.messages
@@ -50,11 +61,12 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch, created
         tx.put(keys.aggregate_key(conv, ord_), keys.AggregateRow.pack(ord_, row.content_bytes, row.turns - 1))
         if role == _SYSTEM:
             tx.put(keys.system_key(conv, ord_), b"")
+        positions.append(HistoryPosition(row.turn, seq))
         row.messages += 1
         row.content_bytes += size
         seq += 1
     row.next_seq = seq
-    return first_seq, first_ord
+    return first_seq, first_ord, tuple(positions)
 
 
 def turn_id(append_id: str, index: int) -> str:
@@ -62,7 +74,7 @@ def turn_id(append_id: str, index: int) -> str:
     return MessageID.format(append_id, index)
 
 
-def latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow) -> tuple[str, int] | None:
+def latest_turn(tx: Rows, conv: bytes, row: keys.ConversationRow) -> tuple[str, int] | None:
     """``(turn id, first ordinal)`` of the latest visible user-led turn, or None.
 
     Every turn starts at a user message and a replacement always opens a new one, so the
@@ -80,14 +92,15 @@ def latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow) -> tuple[str, in
 
 
 def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_ord: int, batch: Batch,
-                        reason: str, created_at_ms: int) -> tuple[int, int, range]:
+                        reason: str, created_at_ms: int) -> tuple[int, int, range, tuple[HistoryPosition, ...]]:
     """Hide the latest visible turn (``first_ord`` to the last visible message) and append
     ``batch`` as the next turn, in ``tx``; update ``row``.
 
     The hidden messages move to ``H`` (keyed by position, with the replacing turn's id and the
     reason); the summary rolls back to its running sums before the turn; the replacement's rows
     overwrite the hidden ones' ordinals, and ordinals it does not reach are deleted (they lie past
-    the new last message). Returns the replacement's first seq and ordinal and the hidden seqs.
+    the new last message). Returns the replacement's first seq and ordinal, the hidden seqs and the
+    replacement's positions.
     """
     raw = tx.get(keys.aggregate_key(conv, first_ord))
     assert raw is not None  # Invariant: every visible message has its A row (same WriteBatch).
@@ -106,11 +119,11 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_or
             tx.delete(keys.system_key(conv, ord_))
     tx.delete(keys.turn_key(conv, row.turn))
     hidden = range(hidden_first_seq, row.next_seq)
-    first_seq, new_first_ord = append(tx, conv, row, batch, created_at_ms)
+    first_seq, new_first_ord, positions = append(tx, conv, row, batch, created_at_ms)
     for ord_ in range(row.messages, old_count):  # the replacement is shorter than what it hid
         for key in _VISIBLE:
             tx.delete(key(conv, ord_))
-    return first_seq, new_first_ord, hidden
+    return first_seq, new_first_ord, hidden, positions
 
 
 def clear(tx: Tx, conv: bytes) -> None:

@@ -106,10 +106,6 @@ class Reads:
         raw = self.store.get(keys.conv_key(conv.encode("utf-8")))
         return keys.ConversationRow.decode(raw) if raw is not None else None
 
-    def receipt(self, conv: str, append_id: str) -> keys.ReceiptRow | None:
-        raw = self.store.get(keys.receipt_key(conv.encode("utf-8"), append_id.encode("utf-8")))
-        return keys.ReceiptRow.decode(raw) if raw is not None else None
-
     def poison(self) -> list[tuple[LogPosition, str]]:
         """Quarantined poison records in position order."""
         out = []
@@ -248,21 +244,6 @@ class Reads:
         if row.turn == 0 or row.messages == 0:
             return None
         return self._turn(snap, c, row.messages, row.turn)
-
-    def latest_turn_id(self, conv: str) -> str | None:
-        """The id of the latest visible user-led turn (three point reads, no message parsed)."""
-        opened = self._open(conv)
-        if opened is None:
-            return None
-        snap, c, row = opened
-        if row.turn == 0 or row.messages == 0:
-            return None
-        raw = snap.get(keys.turn_key(c, row.turn))
-        assert raw is not None  # Invariant: the latest turn position of a non-empty history is indexed.
-        value = snap.get(keys.message_key(c, keys.read_turn_value(raw)[1]))
-        assert value is not None  # Invariant: T rows index visible M rows (same WriteBatch).
-        head = keys.MessageRow.decode(value)
-        return message_id(head.append_id, head.index)
 
     def _turn(self, snap: Snapshot, conv: bytes, count: int, turn: int) -> HistoryTurn:
         found = self._turn_at(snap, conv, turn)

@@ -2,9 +2,10 @@
 
 One thread per engine consumes every partition through a cursor. For each step (the records
 one ``poll`` returned) it applies admission, the read projections and the new checkpoints in
-**one RocksDB WriteBatch**; only after that write returns does it publish the applied offsets
-and the decisions, and wake every writer waiting on those positions. A waiter checks the
-applied offset under the same lock the projector publishes under, so no wake-up is lost.
+**one RocksDB WriteBatch**; only after that write returns does it publish the applied offsets,
+wake the readers waiting on those positions, hand each writer's ticket its decision and each
+subscription the step's accepted events (``projections.delivery``). A waiter checks under the
+same lock the projector publishes under, so no wake-up is lost.
 
 Poison records are decided as ``corrupt`` by admission: counted, quarantined, skipped; the
 checkpoint moves past them, so they never cause a crash loop. A failure of the state store
@@ -18,7 +19,6 @@ import heapq
 import logging
 import tempfile
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
@@ -26,6 +26,7 @@ from typing import Protocol
 from projections import keys
 from projections.admission import Decision, Known, admit
 from projections.custom import Projection, ProjectionTx, check_name, keyspace
+from projections.delivery import Deliveries, Subscription, Ticket
 from projections.events import ProjectedEvent
 from projections.store import DamagedState, StateStore, Tx
 from schemas.batch import Batch
@@ -37,7 +38,6 @@ __all__ = ["CORE", "CursorLike", "Projector", "RecordLike", "checkpoints", "scra
 log = logging.getLogger("histlog.projector")
 
 CORE = "core"  # the checkpoint name of admission + the built-in read projections
-_RECENT_DECISIONS = 16384
 _POLL_TIMEOUT = 0.5
 _MAX_RECORDS = 2000
 _EMPTY_READS = 100  # catch-up retries of an empty read before giving up (about 10 s)
@@ -93,7 +93,7 @@ class Projector:
         self._waiter_seq = 0
         self._applied = checkpoints(store, partitions)
         self._stats = keys.Stats.decode(store.get(keys.STATS_KEY))
-        self._decisions: OrderedDict[tuple[int, int], Decision] = OrderedDict()
+        self.deliveries = Deliveries()
         self._thread: threading.Thread | None = None
         self._cursor: CursorLike | None = None
         self._stopping = False
@@ -119,6 +119,7 @@ class Projector:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self.deliveries.stop()
         if cursor is not None:
             cursor.close()
             self._cursor = None
@@ -149,6 +150,7 @@ class Projector:
                             for _, _, event in heap:
                                 event.set()
                             heap.clear()
+                    self.deliveries.fail(self._failed_now)
                     return
 
     # -- the step ----------------------------------------------------------------------------
@@ -163,17 +165,20 @@ class Projector:
         step_txs: dict[str, ProjectionTx] = {}
         stats = self._stats.copy()
         applied = list(self._applied)
-        decided: list[tuple[tuple[int, int], Decision]] = []
+        decided: list[tuple[LogPosition, bytes, Decision]] = []
+        events: list[ProjectedEvent] = []
+        want_events = bool(live) or self.deliveries.wants_events
         for r in records:
             p, o = r.partition, r.offset
             if o < applied[p]:
                 continue  # Invariant: replays after a seek never apply a record twice.
-            decision, event = admit(tx, stats, LogPosition(p, o), r.key, r.value, known=self._known,
-                                    want_event=bool(live))
+            position = LogPosition(p, o)
+            decision, event = admit(tx, stats, position, r.key, r.value, known=self._known, want_event=want_events)
             if event is not None:
                 self._feed(live, step_txs, tx, event)
+                events.append(event)
             applied[p] = o + 1
-            decided.append(((p, o), decision))
+            decided.append((position, r.key, decision))
         if not decided:
             return
         for name, ptx in step_txs.items():
@@ -190,15 +195,11 @@ class Projector:
         with self._cond:
             self._applied = applied
             self._stats = stats
-            recent = self._decisions
-            for pos, decision in decided:
-                recent[pos] = decision
-            while len(recent) > _RECENT_DECISIONS:
-                recent.popitem(last=False)
             for p, heap in enumerate(self._waiters):
                 while heap and heap[0][0] < applied[p]:
                     heapq.heappop(heap)[2].set()
             self._cond.notify_all()
+        self.deliveries.publish(decided, events)
 
     def _feed(self, live: dict[str, Projection], step_txs: dict[str, ProjectionTx], tx: Tx,
               event: ProjectedEvent) -> None:
@@ -308,16 +309,27 @@ class Projector:
 
     # -- waiting and reading -----------------------------------------------------------------
     @contextlib.contextmanager
-    def expecting(self, key: bytes, batch: Batch) -> Iterator[None]:
-        """Tell the projector that this process is appending ``batch`` under ``key``: it is
-        validated already, so its record is applied without parsing the bytes again (they are
-        still compared with the batch's canonical bytes)."""
-        entry = (key, batch.digest)
-        self._known[entry] = batch
+    def expecting(self, key: bytes, batch: Batch | None = None) -> Iterator[Ticket]:
+        """Tell the projector that this process is about to append a record under ``key`` (take
+        this before producing it): the ticket answers the decision for the position the append
+        returns (``Ticket.wait``). A ``batch`` is validated already, so its record is applied
+        without parsing the bytes again (they are still compared with the batch's canonical bytes)."""
+        entry = None
+        if batch is not None:
+            entry = (key, batch.digest)
+            self._known[entry] = batch
         try:
-            yield
+            with self.deliveries.ticket(key) as ticket:
+                yield ticket
         finally:
-            self._known.pop(entry, None)
+            if entry is not None:
+                self._known.pop(entry, None)
+
+    def subscribe(self, capacity: int) -> Subscription:
+        """A subscription to the accepted events of every step committed from now on
+        (``projections.delivery.Subscription``)."""
+        with self._step_lock:  # between two steps: ``start`` is exact
+            return self.deliveries.subscribe(capacity, self.applied_offsets())
 
     def failed(self) -> StateUnavailable | None:
         """Why the projector stopped (a ``StateUnavailable`` to raise), or None while it runs."""
@@ -354,11 +366,6 @@ class Projector:
         if self.failure is not None:
             raise self._failed_now()
         return ok
-
-    def decision(self, position: LogPosition) -> Decision | None:
-        """The decision for an applied position, if still remembered (recent ones are)."""
-        with self._cond:
-            return self._decisions.get((position.partition, position.offset))
 
     def wait_offsets(self, targets: Sequence[int], timeout: float | None) -> bool:
         """Wait until every partition has applied up to ``targets[p]`` (exclusive)."""

@@ -26,7 +26,8 @@ The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
     ├── CommitUnconfirmed                     no decision in time; resend the same Batch
     ├── LogUnavailable                        the log backend is down or fail-stopped
     ├── StateUnavailable                      the RocksDB state is in use, failed or cannot be written
-    └── CorruptLog                            a log record or segment is damaged
+    ├── CorruptLog                            a log record or segment is damaged
+    └── SubscriptionLost                      a subscriber fell behind; subscribe again and re-read
 
 Every message says what went wrong and what to do next. Errors carry no I/O
 handles and are safe to pickle or print.
@@ -62,6 +63,7 @@ __all__ = [
     "PreconditionFailed",
     "ProjectionError",
     "StateUnavailable",
+    "SubscriptionLost",
     "TopicRefused",
     "TurnNotReplaceable",
     "WindowTooSmall",
@@ -228,6 +230,19 @@ class InvalidComponent(InvalidConfiguration, TypeError):
     ``read(conversation_id)``, a writer without ``append(batch)``, a ``retry``/``edit`` writer
     without ``replace_turn``... The message names the method and what to pass (usually a
     ``HistoryEngine``); nothing was read or written. Also a ``TypeError``, as it always was."""
+
+
+class SubscriptionLost(HistoryError):
+    """A subscription to accepted events fell further behind than its buffer holds, so events
+    were dropped (the projector never waits for a consumer). ``position`` is the first dropped
+    event's. Subscribe again, then re-read what you follow before consuming the new one."""
+
+    def __init__(self, message: str, *, position: Any = None) -> None:
+        super().__init__(message)
+        self.position = position
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
 
 
 def _rebuild(cls: type[HistoryError], args: tuple[Any, ...], state: dict[str, Any]) -> HistoryError:
