@@ -35,6 +35,7 @@ from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, Sto
 from schemas.errors import (
     CommitUnconfirmed,
     CorruptLog,
+    DuplicateProjection,
     EngineClosed,
     InvalidBatch,
     InvalidConfiguration,
@@ -417,18 +418,32 @@ class HistoryEngine:
         self._check_open()
         if not isinstance(projection, Projection):
             raise InvalidProjection(f"register() takes a projections.Projection, not {type(projection).__name__}")
-        self._projections[projection.name] = projection
         if wait:
-            self._projector.register(projection, self._log.read, progress=progress)
+            self._register(projection, progress)
             return
 
         def run() -> None:
             try:
-                self._projector.register(projection, self._log.read, progress=progress)
+                self._register(projection, progress)
             except Exception:
                 log.exception("background registration of projection %r failed", projection.name)
 
         threading.Thread(target=run, name=f"histlog-register-{projection.name}", daemon=True).start()
+
+    def _register(self, projection: Projection, progress: Progress | None) -> None:
+        """Register with the projector; a refused duplicate leaves the live projection in place
+        (``rebuild(name)`` must replay the projection that owns the name, not the refused one)."""
+        name = projection.name
+        previous = self._projections.get(name)
+        self._projections[name] = projection
+        try:
+            self._projector.register(projection, self._log.read, progress=progress)
+        except DuplicateProjection:
+            if previous is None:
+                self._projections.pop(name, None)
+            else:
+                self._projections[name] = previous
+            raise
 
     def rebuild(self, name: str, *, progress: Progress | None = None) -> None:
         """Delete a registered projection's state and replay it from offset 0; returns once caught up."""

@@ -138,3 +138,20 @@ def test_a_topic_that_loses_history_raises_topic_refused(configs: dict[str, str]
     with pytest.raises(TopicRefused, match=r"refusing Kafka topic 't'.* fix: .*--alter"):
         check_topic_configs("t", configs, "h:9092")
 
+
+
+class OtherCounter(Counter):
+    """Same name as ``Counter``, other rule: counts by ten."""
+
+    def apply(self, event: ProjectedEvent, tx: ProjectionTx) -> None:
+        tx.put(b"n", str(int(tx.get(b"n") or b"0") + 10).encode())
+
+
+def test_a_refused_duplicate_leaves_the_live_projection_in_place(engine: HistoryEngine) -> None:
+    """The refused object must not take the name over: ``rebuild`` replays the live projection."""
+    engine.append(turn("c", "a", "x"))
+    engine.register(Counter())
+    with pytest.raises(DuplicateProjection):
+        engine.register(OtherCounter())
+    engine.rebuild("counter")
+    assert engine.view("counter").get(b"n") == b"1"
