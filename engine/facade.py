@@ -18,7 +18,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.arguments import EMPTY, Empty, check_budget, check_cursors, check_directory, check_timeout, expected_of
+from engine.arguments import (
+    EMPTY,
+    Empty,
+    check_budget,
+    check_cursors,
+    check_directory,
+    check_timeout,
+    check_window,
+    expected_of,
+)
 from engine.log.base import Log, record_key
 from engine.log.file import FsyncPolicy
 from engine.refusals import closed, conflict, not_replaceable, precondition_failed, refusal
@@ -28,7 +37,7 @@ from projections.custom import Projection, ProjectionView
 from projections.reads import Reads, Unit
 from projections.runtime import Projector
 from projections.store import DamagedState, StateStore
-from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
+from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
 from schemas.errors import (
     CommitUnconfirmed,
     CorruptLog,
@@ -399,12 +408,26 @@ class HistoryEngine:
     def window(self, conversation_id: str, limit: int) -> list[Message]:
         """The same result as ``WindowReader(engine, limit).read(...)``, in O(limit)."""
         c = ConversationID(conversation_id)
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise InvalidWindow(f"invalid window: limit must be an int, got {type(limit).__name__}")
-        if limit <= 0:
-            raise InvalidWindow(f"invalid window: limit must be positive, got {limit}")
+        check_window(limit)
         self._check_open()
         return self._reads.window(c, limit)
+
+    def window_entries(self, conversation_id: str, limit: int) -> StoredWindow:
+        """``window``'s messages with where they are stored: the merged system message, then the
+        window's turns as ``StoredMessage`` (positions, ids); ``.messages`` equals ``window()``.
+        The same rows, the same O(limit) cost, the same errors."""
+        c = ConversationID(conversation_id)
+        check_window(limit)
+        self._check_open()
+        return self._reads.window_entries(c, limit)
+
+    def turns(self, conversation_id: str) -> list[HistoryTurn]:
+        """Every visible user-led turn, in order, each equal to ``turn(conversation_id, t.id)``;
+        the last one is ``latest_turn``. One pass over the conversation's visible messages, so
+        O(what it returns); ``[]`` for an unknown or closed conversation."""
+        c = ConversationID(conversation_id)
+        self._check_open()
+        return self._reads.turns(c)
 
     def read_within_bytes(self, conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
                           before: HistoryPosition | None = None, unit: Unit = "turn") -> HistoryLoad[StoredMessage]:
