@@ -1,4 +1,4 @@
-"""The library reads behind ``histlog turns`` and ``histlog read --window``.
+"""The library reads behind ``histlog turns`` and ``histlog read --window``, and ``histlog stats``.
 
 ``HistoryEngine.turns`` must equal ``turn()`` asked for each turn, and cost O(what it returns):
 the keys it visits (``StateStore.keys_read``) do not grow with messages before the first turn or
@@ -8,13 +8,17 @@ stored positions, from the same rows, at the same O(window) cost.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
-from engine.facade import HistoryEngine
+from engine.cli import main
+from engine.facade import EngineStats, HistoryEngine
 from schemas.batch import Batch, HistoryTurn, StoredMessage
 from schemas.messages import Message, Role, ToolCallPart, ToolOutput, ToolResultPart
 
@@ -140,3 +144,40 @@ def test_window_entries_costs_what_window_costs_and_not_the_history(store: Store
     assert big_keys == small_keys, (small_keys, big_keys)
     systems = sum(e.message.role is Role.SYSTEM for e in store.engine.entries("long"))
     assert big_keys <= 2 * (systems + limit) + SLACK + 4, (big_keys, systems)  # the system rows, the window's
+
+
+# --------------------------------------------------------------------------- the CLI over them
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    assert main(list(args)) == 0
+    return capsys.readouterr().out
+
+
+def test_read_window_labels_each_message_with_its_stored_position(capsys: pytest.CaptureFixture[str],
+                                                                   tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    with HistoryEngine.open(data) as engine:
+        _write(engine, "c", 1, range(4), replaced=2)
+        window = engine.window_entries("c", 8)
+    lines = _run(capsys, "--data", data, "read", "c", "--window", "8").splitlines()
+    assert lines[0].startswith("[system] system: You are terse.")
+    assert [re.match(r"\[(\d+:\d+)\]", line).group(1) for line in lines[1:]] == [  # type: ignore[union-attr]
+        str(e.position) for e in window.entries]
+
+
+def test_stats_prints_every_counter_in_text_and_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    with HistoryEngine.open(data) as engine:
+        engine.append(Batch("c", "a1", [Message.user("hi")]))
+        engine.append(Batch("c", "a2", [Message.user("again")]))
+    counters = [f.name for f in fields(EngineStats) if f.name not in ("end_offsets", "applied_offsets", "lag")]
+    assert {"accepted", "precondition_failed", "not_replaceable"} <= set(counters)
+    as_json = json.loads(_run(capsys, "--data", data, "stats", "--json"))
+    assert set(as_json) == {f.name for f in fields(EngineStats)} | {"poison"}
+    text = _run(capsys, "--data", data, "stats").splitlines()
+    rows = {line.split()[0]: line for line in text[3:]}
+    for name in counters:
+        assert re.fullmatch(rf"{name} +{as_json[name]}", rows[name]), rows
+        assert len(rows[name]) == 25  # the numbers stay in one column
+    assert as_json["accepted"] == 2
