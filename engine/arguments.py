@@ -10,7 +10,8 @@ from schemas.batch import Batch, Receipt
 from schemas.errors import InvalidConfiguration, InvalidReceipt, InvalidWindow
 from schemas.positions import HistoryPosition
 
-__all__ = ["EMPTY", "Empty", "check_budget", "check_cursors", "check_directory", "check_timeout", "expected_of"]
+__all__ = ["EMPTY", "Empty", "check_budget", "check_cursors", "check_directory", "check_timeout", "check_window",
+           "expected_of"]
 
 
 def check_cursors(after: HistoryPosition | None, before: HistoryPosition | None) -> None:
@@ -47,6 +48,14 @@ def check_budget(max_bytes: int, unit: str) -> None:
         raise InvalidWindow(f"invalid max_bytes: expected an int, got {type(max_bytes).__name__}")
     if unit not in ("turn", "message"):
         raise InvalidWindow(f"invalid unit {unit!r}: expected 'turn' or 'message'")
+
+
+def check_window(limit: int) -> None:
+    """A message-count window's limit: a positive int."""
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        raise InvalidWindow(f"invalid window: limit must be an int, got {type(limit).__name__}")
+    if limit <= 0:
+        raise InvalidWindow(f"invalid window: limit must be positive, got {limit}")
 
 
 class Empty:

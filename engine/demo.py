@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from engine.cli import ProgressBar, render_message
 from engine.facade import HistoryEngine
 from engine.middleware import HistoryMiddleware, MiddlewareConfig
+from engine.render import ProgressBar, render_message
 from schemas.batch import Batch, Receipt, StoredMessage
 from schemas.chat import ChatDelta, ChatRequest, ChatResponse, TextDelta, Usage
 from schemas.errors import AppendConflict, CommitError, ConversationClosed, HistoryError, LogUnavailable

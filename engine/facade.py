@@ -20,7 +20,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.arguments import EMPTY, Empty, check_budget, check_cursors, check_directory, check_timeout, expected_of
+from engine.arguments import (
+    EMPTY,
+    Empty,
+    check_budget,
+    check_cursors,
+    check_directory,
+    check_timeout,
+    check_window,
+    expected_of,
+)
 from engine.log.base import Log
 from engine.log.file import FsyncPolicy
 from engine.refusals import answer
@@ -31,7 +40,7 @@ from projections.delivery import DEFAULT_BUFFER, Subscription, Ticket
 from projections.reads import Reads, Unit
 from projections.runtime import Projector
 from projections.store import DamagedState, StateStore
-from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
+from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
 from schemas.errors import (
     CommitUnconfirmed,
     CorruptLog,
@@ -356,13 +365,27 @@ class HistoryEngine:
         ``before``, the window of the messages before that position (exclusive): what the
         middleware's ``retry``/``edit`` show the model, still O(limit)."""
         c = ConversationID(conversation_id)
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise InvalidWindow(f"invalid window: limit must be an int, got {type(limit).__name__}")
-        if limit <= 0:
-            raise InvalidWindow(f"invalid window: limit must be positive, got {limit}")
+        check_window(limit)
         check_cursors(None, before)
         self._check_open()
         return self._reads.window(c, limit, before)
+
+    def window_entries(self, conversation_id: str, limit: int) -> StoredWindow:
+        """``window``'s messages with where they are stored: the merged system message, then the
+        window's turns as ``StoredMessage`` (positions, ids); ``.messages`` equals ``window()``.
+        The same rows, the same O(limit) cost, the same errors."""
+        c = ConversationID(conversation_id)
+        check_window(limit)
+        self._check_open()
+        return self._reads.window_entries(c, limit)
+
+    def turns(self, conversation_id: str) -> list[HistoryTurn]:
+        """Every visible user-led turn, in order, each equal to ``turn(conversation_id, t.id)``;
+        the last one is ``latest_turn``. One pass over the conversation's visible messages, so
+        O(what it returns); ``[]`` for an unknown or closed conversation."""
+        c = ConversationID(conversation_id)
+        self._check_open()
+        return self._reads.turns(c)
 
     def read_within_bytes(self, conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
                           before: HistoryPosition | None = None, unit: Unit = "turn") -> HistoryLoad[StoredMessage]:

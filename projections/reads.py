@@ -15,7 +15,7 @@ from typing import Literal, NamedTuple
 from projections import keys
 from projections.store import Snapshot, StateStore
 from projections.window import fit_turns, merge_system
-from schemas.batch import HistoryLoad, HistoryTurn, Measure, StoredMessage, TurnSource
+from schemas.batch import HistoryLoad, HistoryTurn, Measure, StoredMessage, StoredWindow, TurnSource
 from schemas.errors import NotFound
 from schemas.ids import AppendID, ConversationID, MessageID
 from schemas.messages import Message, Role
@@ -122,19 +122,15 @@ class Reads:
         return out
 
     # -- positions -------------------------------------------------------------------------------
-    def _open_row(self, snap: Snapshot, conv: bytes) -> keys.ConversationRow | None:
-        raw = snap.get(keys.conv_key(conv))
-        row = keys.ConversationRow.decode(raw) if raw is not None else None
-        return None if row is None or row.closed else row
-
     def _open(self, conv: str) -> _Opened | None:
         """The one prologue of every read of one conversation: a snapshot (so the read never mixes
         two projector steps), the key bytes of ``conv`` and its summary row; None when ``conv`` is
         unknown or cleared (the read has nothing to return). One point read."""
         snap = self.store.iterator()
         c = conv.encode("utf-8")
-        row = self._open_row(snap, c)
-        return None if row is None else _Opened(snap, c, row)
+        raw = snap.get(keys.conv_key(c))
+        row = keys.ConversationRow.decode(raw) if raw is not None else None
+        return None if row is None or row.closed else _Opened(snap, c, row)
 
     def _turn_at(self, snap: Snapshot, conv: bytes, turn: int) -> tuple[int, int, int] | None:
         """``(turn, first seq, first ordinal)`` of the first visible turn whose position is ``>= turn``."""
@@ -254,9 +250,7 @@ class Reads:
             if row.turn != turn:
                 break
             messages.append(_stored(row))
-        assistant = [m.id for m in messages if m.message.role == Role.ASSISTANT]
-        first = messages[0].id
-        return HistoryTurn(first, turn, first, assistant[-1] if assistant else None, messages)
+        return _as_turn(turn, messages)
 
     def latest_interrupted_checkpoint(self, conv: str) -> StoredMessage | None:
         """The newest assistant message, if its metadata ``interrupted`` is JSON ``true``: an
@@ -345,20 +339,31 @@ class Reads:
     # -- the message-count window ------------------------------------------------------------------
     def window(self, conv: str, limit: int, before: HistoryPosition | None = None) -> list[Message]:
         """``WindowReader`` semantics in O(limit): the merged system message plus the longest
-        suffix of whole turns that fits. Raises ``WindowTooSmall`` as WindowReader does. With
+        suffix of whole turns that fits. Raises ``WindowTooSmall`` as WindowReader does. The
+        rows are ``_window_rows``'s, so ``window_entries`` shows where each of these is stored. With
         ``before``, the window of the messages before that position (a retry's history)."""
+        system, suffix = self._window_rows(conv, limit, before)
+        head = [merge_system([_message(v) for v in system])] if system else []
+        return head + [_message(v) for v in suffix]
+
+    # -- reads whose result carries where each message is stored ----------------------------------
+    def _window_rows(self, conv: str, limit: int, before: HistoryPosition | None = None
+                     ) -> tuple[list[bytes], list[bytes]]:
+        """The M rows of the window (of the messages before ``before``, when given): the system
+        messages' (to merge) and those of the longest suffix of whole turns that fits next to
+        them, in stored order. Visits O(limit) rows."""
         bounds = _cursors(None, before)
         opened = None if bounds is _NOTHING else self._open(conv)
         if opened is None:
-            return []
+            return [], []
         snap, c, row = opened
         _, end = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
-        system: list[Message] = []
+        system: list[bytes] = []
         system_ords = [_ord_of(k) for k, _ in snap.scan(keys.system_key(c, 0), keys.system_key(c, end))]
         for ord_ in system_ords:  # after the scan: a point read moves the snapshot's one iterator
             value = snap.get(keys.message_key(c, ord_))
             assert value is not None  # Invariant: S rows index visible M rows (same WriteBatch).
-            system.append(Message.from_stored(keys.MessageRow.canonical_of(value)))
+            system.append(value)
         budget = limit - (1 if system else 0)
         # Walk back through non-system rows, one turn group at a time, reading at most budget+2
         # rows: past the budget nothing more can fit. A group cut short by that bound is already
@@ -378,6 +383,43 @@ class Reads:
             total += 1
             if total > budget + 1:
                 break
-        parsed = [[Message.from_stored(keys.MessageRow.canonical_of(v)) for v in reversed(t)] for t in turns]
-        suffix = fit_turns(parsed, budget)
-        return ([merge_system(system)] if system else []) + suffix
+        return system, fit_turns([t[::-1] for t in turns], budget)
+
+    def window_entries(self, conv: str, limit: int) -> StoredWindow:
+        """``window``'s messages from the same rows, with their stored form (positions, ids)."""
+        system, suffix = self._window_rows(conv, limit)
+        merged = merge_system([_message(v) for v in system]) if system else None
+        return StoredWindow(merged, [_stored(keys.MessageRow.decode(v)) for v in suffix])
+
+    def turns(self, conv: str) -> list[HistoryTurn]:
+        """Every visible user-led turn in order, each as ``turn()`` builds it, from one scan of
+        the message rows starting at the first turn's first message (the rows before it belong
+        to no turn): O(messages returned). The last one is ``latest_turn()``."""
+        opened = self._open(conv)
+        if opened is None:
+            return []
+        snap, c, row = opened
+        first = self._turn_at(snap, c, 1) if row.turn > 0 else None
+        if first is None:
+            return []
+        groups: list[list[StoredMessage]] = []
+        current = -1
+        for _, value in snap.scan(keys.message_key(c, first[2]), keys.message_key(c, row.messages)):
+            message = keys.MessageRow.decode(value)
+            if message.turn != current:
+                groups.append([])
+                current = message.turn
+            groups[-1].append(_stored(message))
+        return [_as_turn(group[0].position.turn, group) for group in groups]
+
+
+def _message(value: bytes) -> Message:
+    """The message of an M row, without decoding the rest of the row."""
+    return Message.from_stored(keys.MessageRow.canonical_of(value))
+
+
+def _as_turn(turn: int, messages: list[StoredMessage]) -> HistoryTurn:
+    """The ``HistoryTurn`` of turn position ``turn`` from its visible messages in stored order."""
+    assistant = [m.id for m in messages if m.message.role == Role.ASSISTANT]
+    first = messages[0].id
+    return HistoryTurn(first, turn, first, assistant[-1] if assistant else None, messages)

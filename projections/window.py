@@ -5,11 +5,14 @@ as a pure function; the O(limit) projection query (``Reads.window``) shares its 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 from schemas.errors import WindowTooSmall
 from schemas.messages import Message, Role, TextPart
 
 __all__ = ["merge_system", "select_window", "split_turns"]
+
+T = TypeVar("T")
 
 
 def merge_system(messages: Sequence[Message]) -> Message:
@@ -41,10 +44,11 @@ def split_turns(messages: Sequence[Message]) -> list[list[Message]]:
     return turns
 
 
-def fit_turns(turns_newest_first: Sequence[Sequence[Message]], budget: int) -> list[Message]:
+def fit_turns(turns_newest_first: Sequence[Sequence[T]], budget: int) -> list[T]:
     """The longest suffix of whole turns within ``budget`` messages (walk stops at the first
-    turn that does not fit). Raises ``WindowTooSmall`` when not even the newest turn fits."""
-    chosen: list[Sequence[Message]] = []
+    turn that does not fit). Raises ``WindowTooSmall`` when not even the newest turn fits.
+    Only the turns' lengths matter: the items are messages, or the rows that store them."""
+    chosen: list[Sequence[T]] = []
     for turn in turns_newest_first:
         if len(turn) > budget:
             break

@@ -22,6 +22,7 @@ from schemas.errors import InvalidBatch, InvalidMessage, InvalidReceipt
 from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message, Role, invalid
 from schemas.positions import HistoryPosition, LogPosition
+from schemas.times import iso_time
 
 __all__ = [
     "Batch",
@@ -30,6 +31,7 @@ __all__ = [
     "Measure",
     "Receipt",
     "StoredMessage",
+    "StoredWindow",
     "TurnSource",
 ]
 
@@ -40,6 +42,29 @@ _MESSAGES: Final = TypeAdapter(list[Message])
 
 def _join(messages: tuple[Message, ...]) -> bytes:
     return b"[" + b",".join([m.canonical_json() for m in messages]) + b"]"
+
+
+def _load(data: bytes | bytearray | str) -> Any:
+    """The JSON tree of ``data`` with exact numbers; ``InvalidBatch`` saying why it is not JSON."""
+    try:
+        return loads_exact(data)
+    except ValueError as exc:
+        raise InvalidBatch(f"invalid batch: {exc}") from None
+
+
+def _messages_of(raw: Any) -> list[Message]:
+    """The messages of a batch document's ``messages`` member, each validated."""
+    if not isinstance(raw, list):
+        raise InvalidBatch("invalid batch: messages must be a JSON array")
+    messages = []
+    for i, item in enumerate(raw):
+        try:
+            messages.append(Message.model_validate(item))
+        except InvalidMessage as exc:
+            raise InvalidBatch(
+                f"invalid batch: messages[{i}]: {str(exc).removeprefix('invalid message: ')}"
+            ) from None
+    return messages
 
 
 class Batch:
@@ -169,10 +194,7 @@ class Batch:
 
         Raises ``InvalidBatch`` (bad JSON, wrong shape, invalid message) or the ID errors.
         """
-        try:
-            tree = loads_exact(data)
-        except ValueError as exc:
-            raise InvalidBatch(f"invalid batch: {exc}") from None
+        tree = _load(data)
         if not isinstance(tree, dict):
             raise InvalidBatch(
                 "invalid batch: expected a JSON object with conversation_id, append_id, messages"
@@ -183,18 +205,22 @@ class Batch:
         missing = [k for k in ("conversation_id", "append_id", "messages") if k not in tree]
         if missing:
             raise InvalidBatch(f"invalid batch: missing member {missing[0]!r}")
-        raw = tree["messages"]
-        if not isinstance(raw, list):
-            raise InvalidBatch("invalid batch: messages must be a JSON array")
-        messages = []
-        for i, item in enumerate(raw):
-            try:
-                messages.append(Message.model_validate(item))
-            except InvalidMessage as exc:
-                raise InvalidBatch(
-                    f"invalid batch: messages[{i}]: {str(exc).removeprefix('invalid message: ')}"
-                ) from None
-        return cls(tree["conversation_id"], tree["append_id"], messages)
+        return cls(tree["conversation_id"], tree["append_id"], _messages_of(tree["messages"]))
+
+    @classmethod
+    def from_messages_json(cls, conversation_id: str, append_id: str, data: bytes | bytearray | str) -> Batch:
+        """The batch of ``conversation_id`` and ``append_id`` whose messages ``data`` holds: a
+        JSON array of messages or ``{"messages": [...]}`` (``histlog append --file``), parsed as
+        ``from_json`` parses its ``messages``. Raises ``InvalidBatch`` or the ID errors."""
+        tree = _load(data)
+        if isinstance(tree, dict):
+            if set(tree) != {"messages"}:
+                raise InvalidBatch('invalid batch: expected a JSON array of messages or {"messages": [...]}, '
+                                   f"got an object with keys {sorted(tree)}")
+            tree = tree["messages"]
+        if not isinstance(tree, list):
+            raise InvalidBatch('invalid batch: expected a JSON array of messages or {"messages": [...]}')
+        return cls(conversation_id, append_id, _messages_of(tree))
 
     @classmethod
     def from_canonical(cls, conversation_id: str, append_id: str, data: bytes) -> Batch:
@@ -349,6 +375,22 @@ class StoredMessage:
     def hidden(self) -> bool:
         return self.superseded_by is not None
 
+    def to_json(self) -> bytes:
+        """``{"append_id", "created_at", "id", "message", "position"}`` (plus ``"reason"`` and
+        ``"superseded_by"`` when hidden) as compact JSON with sorted keys: the message embedded as
+        its canonical JSON, ``created_at`` as ``iso_time`` spells it, the position as ``"TURN:SEQ"``."""
+        tree: dict[str, Any] = {
+            "append_id": str(self.append_id),
+            "created_at": iso_time(self.created_at),
+            "id": self.id,
+            "message": self.message.fragment(),
+            "position": str(self.position),
+        }
+        if self.superseded_by is not None:
+            tree["reason"] = self.reason
+            tree["superseded_by"] = self.superseded_by
+        return orjson.dumps(tree, option=orjson.OPT_SORT_KEYS)
+
 
 @dataclass(frozen=True, slots=True)
 class HistoryTurn:
@@ -387,6 +429,17 @@ class TurnSource:
     created_at: datetime
     interrupted: bool
 
+    def to_json(self) -> bytes:
+        """``{"content", "created_at", "id", "interrupted", "role"}`` as compact JSON with sorted
+        keys; ``content`` is embedded as the canonical JSON it is."""
+        return orjson.dumps({
+            "content": orjson.Fragment(self.content),
+            "created_at": iso_time(self.created_at),
+            "id": self.id,
+            "interrupted": self.interrupted,
+            "role": self.role.value,
+        }, option=orjson.OPT_SORT_KEYS)
+
 
 @dataclass(frozen=True, slots=True)
 class Measure:
@@ -395,3 +448,18 @@ class Measure:
     messages: int
     content_bytes: int
     turns: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredWindow:
+    """The message-count window with where its messages are stored (``HistoryEngine.window_entries``):
+    ``system`` is the merged system message (None when the conversation has none; merged, it has
+    no one position), ``entries`` the whole turns after it in stored order. ``messages`` is
+    exactly what ``HistoryEngine.window`` returns for the same state."""
+
+    system: Message | None
+    entries: list[StoredMessage]
+
+    @property
+    def messages(self) -> list[Message]:
+        return ([self.system] if self.system is not None else []) + [e.message for e in self.entries]

@@ -16,7 +16,7 @@ from typing import Final
 
 from schemas.errors import InvalidConfiguration
 
-__all__ = ["MAX_TIME_MS", "MIN_TIME_MS", "check_time_ms", "now_ms", "time_of", "time_problem"]
+__all__ = ["MAX_TIME_MS", "MIN_TIME_MS", "check_time_ms", "iso_time", "now_ms", "time_of", "time_problem"]
 
 MIN_TIME_MS: Final = 0
 """The earliest event time: 1970-01-01T00:00:00.000Z, in ms since the Unix epoch."""
@@ -63,3 +63,9 @@ def now_ms() -> int:
 def time_of(ms: int) -> datetime:
     """The UTC ``datetime`` of a representable time, exactly (no float rounding)."""
     return _EPOCH + timedelta(milliseconds=ms)
+
+
+def iso_time(when: datetime) -> str:
+    """``when`` as the JSON and the CLI spell event times: ISO 8601 in UTC, milliseconds, ``Z``
+    (``2025-03-13T10:04:11.402Z``)."""
+    return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

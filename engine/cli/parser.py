@@ -1,0 +1,197 @@
+"""The ``histlog`` argument parser: every command, its flags and its help text (docs/cli.md has
+one section per command). Usage errors become ``UsageError`` (exit 2, one line), never argparse's
+own exit. Each command's handler lives in its group's module: ``writes``, ``reads``, ``ops``,
+``tools``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from engine.cli.exits import UsageError
+from engine.cli.ops import cmd_rebuild, cmd_stats, cmd_tail
+from engine.cli.reads import cmd_list, cmd_read, cmd_turns
+from engine.cli.target import DEFAULT_DATA, DEFAULT_TOPIC
+from engine.cli.tools import cmd_bench, cmd_demo, cmd_log_verify, cmd_replay
+from engine.cli.writes import cmd_append, cmd_clear, cmd_replace_turn
+
+__all__ = ["build_parser", "subcommands"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports usage errors as one line (``UsageError``) instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _global_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("where the history lives (also accepted before the command)")
+    group.add_argument("--data", metavar="DIR", default=argparse.SUPPRESS,
+                       help=f"embedded data dir: file log + state (env HISTLOG_DATA, default {DEFAULT_DATA})")
+    group.add_argument("--kafka", metavar="HOST:PORT", default=argparse.SUPPRESS,
+                       help="use Apache Kafka instead (env HISTLOG_KAFKA)")
+    group.add_argument("--topic", metavar="T", default=argparse.SUPPRESS,
+                       help=f"Kafka topic (env HISTLOG_TOPIC, default {DEFAULT_TOPIC})")
+    group.add_argument("--state", metavar="DIR", default=argparse.SUPPRESS,
+                       help="this instance's state dir with --kafka (env HISTLOG_STATE)")
+
+
+def _integer(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``histlog`` argument parser (docs/cli.md has one section per subcommand)."""
+    parser = _Parser(
+        prog="histlog",
+        description="Event-sourced conversation history: an append-only log and its projections.",
+        epilog="exit codes: 0 ok, 1 other failure, 2 bad input, 3 conflict or closed, 4 backend unavailable. "
+               "HISTLOG_DEBUG=1 shows tracebacks of unexpected errors.",
+    )
+    _global_options(parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser, required=True)
+
+    def command(name: str, handler: Callable[..., int] | None, help_: str, description: str = "",
+                into: Any = sub) -> argparse.ArgumentParser:
+        """A subcommand with the global options; ``handler`` runs it (None: it has subcommands)."""
+        p: argparse.ArgumentParser = into.add_parser(name, help=help_, description=description or help_)
+        _global_options(p)
+        if handler is not None:
+            p.set_defaults(handler=handler)
+        return p
+
+    command("demo", cmd_demo, "run a scripted support-bot conversation and show what histlog does",
+            "Run a scripted multi-turn support-bot conversation (with tool calls) on the embedded default: "
+            "appends and receipts, an idempotent retry, a conflict, a window, a clear, stats and a rebuild "
+            "from the log. It uses a fresh temporary directory (deleted at exit) unless --data DIR is "
+            "given on the command line (HISTLOG_DATA is ignored here, so a demo never writes into your "
+            "history by accident). With --kafka HOST:PORT [--topic T] [--state DIR] on the command line "
+            "it runs against Kafka (state in a temporary directory unless --state is given). "
+            "Exits non-zero if the rebuilt state differs.")
+
+    p = command("append", cmd_append, "append one batch atomically and print its receipt as JSON",
+                "Append one batch atomically and idempotently; prints the receipt as one JSON line. "
+                'A --file holds a JSON list of messages or {"messages": [...]} (the message JSON of '
+                "docs/cli.md). Re-running the same append prints the same receipt.")
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("append_id", metavar="APPEND_ID")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--text", metavar="TEXT", help="one message with this text")
+    what.add_argument("--file", metavar="BATCH.json", help='a JSON list of messages, or {"messages": [...]}')
+    p.add_argument("--role", metavar="ROLE",
+                   help="role of the --text message: user (default), assistant, system")
+
+    p = command("read", cmd_read, "print a conversation, or a window of it",
+                "Print a conversation: one line per message, [TURN:SEQ] role: text. "
+                "--json prints a JSON array of entries (position, id, append_id, created_at, message); "
+                "with --window, a JSON array of messages; with --max-bytes, "
+                '{"entries": [...], "truncated": bool}; with --turn-sources, {"sources": [...], "truncated": bool}; '
+                'with --measure, {"messages", "content_bytes", "turns"}.')
+    p.add_argument("conversation", metavar="CONVERSATION")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--window", metavar="N", type=_integer,
+                     help="only the newest whole turns within N messages (system messages merged first)")
+    how.add_argument("--max-bytes", metavar="B", type=_integer,
+                     help="only the newest units within a budget of B content bytes")
+    how.add_argument("--measure", action="store_true",
+                     help="print the messages, content bytes and turns after --after (no payload is read)")
+    p.add_argument("--turn-sources", action="store_true",
+                   help="with --max-bytes: print only id, role, content, created_at, interrupted of each message")
+    p.add_argument("--unit", choices=("turn", "message"), help="with --max-bytes: keep whole turns (default) "
+                   "or single messages")
+    p.add_argument("--after", metavar="TURN:SEQ", help="only messages after this position (exclusive)")
+    p.add_argument("--include-hidden", action="store_true",
+                   help="also the messages of replaced turns, marked hidden (not with --window/--max-bytes/--measure)")
+    p.add_argument("--json", action="store_true", help="JSON output")
+
+    p = command("turns", cmd_turns, "list a conversation's visible turns",
+                "List the visible user-led turns of a conversation: [POSITION] TURN_ID, its message count "
+                "and the id of its answer; the latest one is marked (only it can be replaced). --json "
+                "prints an array of {id, position, request_message_id, assistant_message_id, messages}.")
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("--json", action="store_true", help="JSON output")
+
+    p = command("replace-turn", cmd_replace_turn, "edit or retry the latest turn; print the receipt",
+                "Replace the latest visible turn OLD_TURN_ID (see `histlog turns`) by a new turn, as one "
+                "atomic event: --reason retry keeps the user message (same text) with a new answer, "
+                "--reason edit changes the user message. The old turn is hidden from every read but kept "
+                "in the log (`histlog read --include-hidden`). Exits 3 if OLD_TURN_ID is no longer the "
+                "latest visible turn.")
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("old_turn_id", metavar="OLD_TURN_ID")
+    p.add_argument("append_id", metavar="APPEND_ID")
+    p.add_argument("--reason", choices=("edit", "retry"), required=True, help="edit or retry")
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--text", metavar="TEXT", help="the new turn's user message")
+    what.add_argument("--file", metavar="TURN.json", help='the whole new turn: a JSON list of messages, '
+                      'or {"messages": [...]}, starting with the user message')
+    p.add_argument("--answer", metavar="TEXT", help="with --text: the new turn's assistant answer")
+
+    p = command("list", cmd_list, "list open conversations in lexical order")
+    p.add_argument("--json", action="store_true", help="a JSON array of ids")
+
+    p = command("clear", cmd_clear, "close a conversation forever (idempotent)",
+                "Close a conversation forever: its messages leave the projections and later appends are "
+                "refused (exit 3). Clearing twice, or clearing an id never written, is fine.")
+    p.add_argument("conversation", metavar="CONVERSATION")
+
+    p = command("stats", cmd_stats, "log offsets, lag and admission counts")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+
+    p = command("tail", cmd_tail, "follow accepted messages as they are applied",
+                "Follow new accepted messages (and clears) as this instance applies them, one line each, "
+                "until Ctrl-C or SIGTERM. --no-follow prints the last --lines records of the log and exits. "
+                "The embedded log has one writer process, so following it is for a data dir nobody else "
+                "holds; with Kafka, tail any number of instances.")
+    p.add_argument("--no-follow", dest="follow", action="store_false",
+                   help="print the last records of the log and exit")
+    p.add_argument("-n", "--lines", metavar="N", type=_integer, default=10,
+                   help="with --no-follow: how many records (default 10)")
+
+    p = command("rebuild", cmd_rebuild, "rebuild the state from the log, with a progress bar",
+                "Delete the state (DATA/state, or --state with Kafka) and replay the log into a new one, with a "
+                "progress bar on stderr; prints the records replayed and the rate. Nothing else may use the "
+                "data dir meanwhile. A damaged state is replaced without being read. A state that has applied "
+                "records a durable log no longer holds is evidence of lost acknowledged data: rebuild refuses "
+                "(exit 1, the state is kept) unless --accept-log-loss, which names what is lost and rebuilds "
+                "from what the log still holds.")
+    p.add_argument("--accept-log-loss", action="store_true",
+                   help="rebuild even though the log lost records the state had applied (they are gone for good)")
+
+    p = command("replay", cmd_replay, "rebuild one custom projection from offset 0",
+                "Import the projection class MODULE:CLASS (from the current directory or the installed "
+                "packages), delete its state and replay the log into it from offset 0, with a progress bar.")
+    p.add_argument("--projection", metavar="MODULE:CLASS", required=True)
+
+    p = command("log", None, "tools for the log itself (log verify)")
+    log_sub = p.add_subparsers(dest="log_command", metavar="LOG_COMMAND", parser_class=_Parser, required=True)
+    command("verify", cmd_log_verify, "check every segment of the embedded file log without changing it",
+            "Walk every segment of the embedded file log read-only and print the report: exit 0 when clean, "
+            "1 when damage is found.", into=log_sub)
+
+    p = command("bench", cmd_bench, "run the benchmarks (prints tables and writes a JSON)",
+                "Run the benchmarks of bench/ (source checkout only): each prints ratios against a baseline "
+                "measured in the same run. The kafka one uses HISTLOG_KAFKA or starts a broker with scripts/kafka.")
+    p.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    p.add_argument("--only", metavar="NAMES",
+                   help="comma-separated subset: schemas,codec,log,engine,reads,middleware,turns,kafka")
+    p.add_argument("--json", metavar="PATH", help="where to write the results (default bench/results/latest.json)")
+    return parser
+
+
+def subcommands(parser: argparse.ArgumentParser | None = None) -> list[str]:
+    """Every command path, e.g. ``["demo", "append", ..., "log verify", "bench"]`` (for docs checks)."""
+    parser = parser or build_parser()
+    names: list[str] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                nested = subcommands(child)
+                names.extend([f"{name} {n}" for n in nested] if nested else [name])
+    return names

@@ -1,0 +1,144 @@
+"""The commands that read: ``read`` (the history, a window, a byte budget, turn sources, a
+measure), ``turns`` and ``list``. Each checks its flags, makes one engine call and prints the
+result: text lines from ``engine.render``, JSON as the schemas serialise their values."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import TextIO
+
+from engine.cli.exits import OK, UsageError
+from engine.cli.target import Target
+from engine.render import entry_line, json_text, print_lines, render_message
+from projections.reads import Unit
+from schemas.errors import InvalidWindow
+from schemas.ids import ConversationID
+from schemas.positions import HistoryPosition
+
+__all__ = ["cmd_list", "cmd_read", "cmd_turns"]
+
+_LEFT_OUT = "… older messages left out (over the byte budget)"
+
+
+def _parse_after(text: str | None) -> HistoryPosition:
+    if text is None:
+        return HistoryPosition.START
+    try:
+        return HistoryPosition.parse(text)
+    except ValueError as exc:
+        raise UsageError(f"invalid --after: {exc}") from None
+
+
+def cmd_read(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    """Check the flags that go together, then run the one read they ask for."""
+    conversation = ConversationID(ns.conversation)
+    after = _parse_after(ns.after)
+    if ns.unit is not None and ns.max_bytes is None:
+        raise UsageError("--unit goes with --max-bytes")
+    if ns.include_hidden and (ns.window is not None or ns.max_bytes is not None or ns.measure):
+        raise UsageError("--include-hidden lists the whole history; it does not go with --window, --max-bytes "
+                         "or --measure (those read the visible history)")
+    if ns.window is not None:
+        if ns.after is not None:
+            raise UsageError("--after cannot be combined with --window (a window is the newest whole turns)")
+        if ns.window <= 0:
+            raise InvalidWindow(f"invalid --window {ns.window}: "
+                                "the limit must be a positive number of messages")
+        return _read_window(target, conversation, ns.window, ns.json, out)
+    if ns.measure:
+        if ns.unit is not None or ns.turn_sources:
+            raise UsageError("--measure takes no --unit or --turn-sources (it counts every message after --after)")
+        return _read_measure(target, conversation, after, ns.json, out)
+    if ns.turn_sources and ns.max_bytes is None:
+        raise UsageError("--turn-sources goes with --max-bytes B")
+    unit: Unit = "message" if ns.unit == "message" else "turn"
+    if ns.turn_sources:
+        return _read_sources(target, conversation, ns.max_bytes, after, unit, ns.json, out)
+    if ns.max_bytes is not None:
+        return _read_budget(target, conversation, ns.max_bytes, after, unit, ns.json, out)
+    with target.open() as engine:
+        entries = engine.entries(conversation, after=after, include_hidden=ns.include_hidden)
+    if ns.json:
+        print_lines(out, json_text([e.to_json() for e in entries]))
+    else:
+        print_lines(out, *(entry_line(e) for e in entries))
+    return OK
+
+
+def _read_window(target: Target, conversation: ConversationID, limit: int, as_json: bool, out: TextIO) -> int:
+    with target.open() as engine:
+        window = engine.window_entries(conversation, limit)
+    if as_json:
+        print_lines(out, json_text([m.canonical_json() for m in window.messages]))
+        return OK
+    if window.system is not None:
+        print_lines(out, f"[system] {render_message(window.system)}")
+    print_lines(out, *(entry_line(e) for e in window.entries))
+    return OK
+
+
+def _read_budget(target: Target, conversation: ConversationID, max_bytes: int, after: HistoryPosition,
+                 unit: Unit, as_json: bool, out: TextIO) -> int:
+    with target.open() as engine:
+        load = engine.read_within_bytes(conversation, max_bytes, after=after, unit=unit)
+    if as_json:
+        print_lines(out, json_text({"entries": [e.to_json() for e in load.messages], "truncated": load.truncated}))
+        return OK
+    if load.truncated:
+        print_lines(out, _LEFT_OUT)
+    print_lines(out, *(entry_line(e) for e in load.messages))
+    return OK
+
+
+def _read_sources(target: Target, conversation: ConversationID, max_bytes: int, after: HistoryPosition,
+                  unit: Unit, as_json: bool, out: TextIO) -> int:
+    with target.open() as engine:
+        load = engine.turn_sources(conversation, max_bytes, after=after, unit=unit)
+    if as_json:
+        print_lines(out, json_text({"sources": [s.to_json() for s in load.messages], "truncated": load.truncated}))
+        return OK
+    if load.truncated:
+        print_lines(out, _LEFT_OUT)
+    print_lines(out, *(f"[{s.id}] {s.role.value}{' (interrupted)' if s.interrupted else ''}: "
+                       f"{s.content.decode('utf-8')}" for s in load.messages))
+    return OK
+
+
+def _read_measure(target: Target, conversation: ConversationID, after: HistoryPosition, as_json: bool,
+                  out: TextIO) -> int:
+    with target.open() as engine:
+        m = engine.measure(conversation, after)
+    if as_json:
+        print_lines(out, json.dumps({"content_bytes": m.content_bytes, "messages": m.messages, "turns": m.turns},
+                                    sort_keys=True))
+    else:
+        print_lines(out, f"messages={m.messages} content_bytes={m.content_bytes} turns={m.turns}")
+    return OK
+
+
+def cmd_turns(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    conversation = ConversationID(ns.conversation)
+    with target.open() as engine:
+        turns = engine.turns(conversation)
+    if ns.json:
+        print_lines(out, json.dumps([{"id": t.id, "position": t.position, "request_message_id": t.request_message_id,
+                                      "assistant_message_id": t.assistant_message_id, "messages": len(t.messages)}
+                                     for t in turns], ensure_ascii=False))
+        return OK
+    for i, t in enumerate(turns, 1):
+        mark = "  (latest: replace-turn may replace it)" if i == len(turns) else ""  # turns() ends with the latest
+        print_lines(out, f"[{t.position}] {t.id}: {len(t.messages)} messages, "
+                         f"answer {t.assistant_message_id or '-'}{mark}")
+    return OK
+
+
+def cmd_list(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    with target.open() as engine:
+        conversations = engine.conversations()
+    if ns.json:
+        print_lines(out, json.dumps([str(c) for c in conversations], ensure_ascii=False))
+    else:
+        print_lines(out, *conversations)
+    return OK
+

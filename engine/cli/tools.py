@@ -1,0 +1,114 @@
+"""The tools around the store: ``demo``, ``replay`` (a custom projection from offset 0),
+``log verify`` (the embedded file log, read-only) and ``bench`` (a source checkout's benchmarks)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TextIO
+
+from engine.cli.exits import FAILED, OK, Unsupported, UsageError
+from engine.cli.target import DEFAULT_TOPIC, Target
+from engine.demo import run_demo
+from engine.log.verify import verify
+from engine.render import ProgressBar, one_line, print_lines
+from engine.state import read_evidence
+from projections.custom import Projection
+
+__all__ = ["cmd_bench", "cmd_demo", "cmd_log_verify", "cmd_replay", "load_projection"]
+
+
+def cmd_demo(ns: argparse.Namespace, out: TextIO) -> int:
+    """Run the demo; it ignores HISTLOG_* variables (only an explicit --data keeps its files)."""
+    kafka: str | None = getattr(ns, "kafka", None)
+    if kafka is not None:
+        topic: str = getattr(ns, "topic", None) or DEFAULT_TOPIC
+        state: str | None = getattr(ns, "state", None)
+        if state is not None:
+            return run_demo(Path(state), out, kafka=(kafka, topic))
+        with tempfile.TemporaryDirectory(prefix="histlog-demo-state-") as tmp:
+            return run_demo(Path(tmp), out, temporary=True, kafka=(kafka, topic))
+    data: str | None = getattr(ns, "data", None)
+    if data is not None:
+        return run_demo(Path(data), out)
+    with tempfile.TemporaryDirectory(prefix="histlog-demo-") as tmp:
+        return run_demo(Path(tmp), out, temporary=True)
+
+
+def load_projection(spec: str) -> Projection:
+    """``module.path:ClassName`` → an instance of that ``projections.Projection`` subclass."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"--projection {spec!r}: expected MODULE:CLASS, e.g. examples.projections:MessageCount")
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # so projections in the current project import
+    try:
+        cls = getattr(importlib.import_module(module_name), attr)
+    except Exception as exc:  # a missing module or class, or one that fails while importing
+        raise UsageError(f"--projection {spec!r}: cannot import it ({type(exc).__name__}: "
+                         f"{one_line(str(exc))}); fix the module or the spec") from None
+    if not (isinstance(cls, type) and issubclass(cls, Projection)):
+        raise UsageError(f"--projection {spec!r} is not a projections.Projection subclass")
+    return cls()
+
+
+def cmd_replay(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    projection = load_projection(ns.projection)
+    with target.open() as engine:
+        bar = ProgressBar(f"replay {projection.name}")
+        started = time.monotonic()
+        try:
+            engine.register(projection, progress=bar)
+            engine.rebuild(projection.name, progress=bar)
+        finally:
+            bar.finish()
+        elapsed = time.monotonic() - started
+        rows = len(engine.view(projection.name).scan())
+    print_lines(out, f"replay: projection {projection.name!r} rebuilt from offset 0 in {elapsed:.2f} s ({rows} rows)")
+    return OK
+
+
+def cmd_log_verify(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    if not target.embedded:
+        raise UsageError("log verify checks the embedded file log only (--data DIR); "
+                         "Kafka keeps its own checks")
+    assert target.data is not None  # Invariant: embedded targets have a data dir.
+    log_dir = target.data / "log"
+    if not log_dir.is_dir():
+        raise UsageError(f"no file log at {log_dir}: is --data pointing at a histlog data dir?")
+    evidence, note = read_evidence(target.state_dir)
+    report = verify(log_dir, evidence)
+    if evidence is None:
+        report.evidence_note = note
+    print_lines(out, report.summary())
+    if not report.clean:
+        kinds = {p.kind for p in report.problems}
+        hint = ("opening the log repairs it (a torn tail is cut: those records were never acknowledged; an "
+                "interrupted creation is completed)" if report.ok
+                else "acknowledged records are missing: restore the log from a backup, or accept the loss "
+                     "with `histlog rebuild --accept-log-loss`" if kinds <= {"torn tail", "lost records"}
+                else "the engine will refuse to open: restore the named files from a backup")
+        print(f"histlog: log verify found damage: {hint}", file=sys.stderr)
+    return OK if report.clean else FAILED
+
+
+def cmd_bench(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    """Run ``bench.run_all``: the benchmarks live in the source checkout, not in the wheel."""
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "bench" / "__init__.py").exists() and str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    try:
+        from bench import run_all
+    except ImportError:  # an installed wheel: no bench/ beside the package
+        raise Unsupported("histlog bench runs from a source checkout (pip install -e .); "
+                          "bench/ is not installed") from None
+    args = ["--quick"] if ns.quick else []
+    if ns.only:
+        args += ["--only", ns.only]
+    if ns.json:
+        args += ["--json", ns.json]
+    return run_all(args)

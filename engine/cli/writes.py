@@ -1,0 +1,73 @@
+"""The commands that write: ``append``, ``replace-turn``, ``clear``. Each builds its input from
+the arguments (a ``Batch`` validates before any I/O), makes one engine call and prints the
+receipt as the schemas serialise it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TextIO
+
+from engine.cli.exits import OK, UsageError
+from engine.cli.target import Target
+from engine.render import print_lines
+from schemas.batch import Batch
+from schemas.errors import InvalidBatch
+from schemas.ids import ConversationID
+from schemas.messages import Message, Role, TextPart
+
+__all__ = ["cmd_append", "cmd_clear", "cmd_replace_turn"]
+
+
+def _batch_file(conversation: str, append_id: str, path: str) -> Batch:
+    """The batch whose messages ``--file`` holds (``Batch.from_messages_json``)."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read --file {path}: {exc.strerror or exc}") from None
+    try:
+        return Batch.from_messages_json(conversation, append_id, raw)
+    except InvalidBatch as exc:
+        raise InvalidBatch(f"--file {path}: {exc}") from None
+
+
+def cmd_append(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    if ns.file is not None:
+        if ns.role is not None:
+            raise UsageError("--role goes with --text; a --file gives each message's role")
+        batch = _batch_file(ns.conversation, ns.append_id, ns.file)
+    else:
+        role = ns.role or "user"
+        if role not in {r.value for r in Role}:
+            raise UsageError(f"unknown role {role!r}: expected one of system, user, assistant, tool")
+        if role == "tool":
+            raise UsageError("--role tool needs a tool result; use --file with a tool_result part")
+        batch = Batch(ns.conversation, ns.append_id, [Message(role, [TextPart(ns.text)])])
+    with target.open() as engine:
+        receipt = engine.append(batch)
+    print_lines(out, receipt.to_json().decode())
+    return OK
+
+
+def cmd_replace_turn(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    if not ns.old_turn_id:
+        raise UsageError("OLD_TURN_ID is empty: give the id of the latest turn (see `histlog turns`)")
+    if ns.file is not None:
+        if ns.answer is not None:
+            raise UsageError("--answer goes with --text; a --file holds the whole new turn")
+        batch = _batch_file(ns.conversation, ns.append_id, ns.file)
+    else:
+        answer = [Message.assistant(ns.answer)] if ns.answer is not None else []
+        batch = Batch(ns.conversation, ns.append_id, [Message.user(ns.text), *answer])
+    with target.open() as engine:
+        receipt = engine.replace_turn(batch, ns.old_turn_id, ns.reason)
+    print_lines(out, receipt.to_json().decode())
+    return OK
+
+
+def cmd_clear(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    conversation = ConversationID(ns.conversation)
+    with target.open() as engine:
+        engine.clear(conversation)
+    print_lines(out, f"cleared {conversation} (closed forever: later appends to it are refused)")
+    return OK

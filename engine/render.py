@@ -1,0 +1,159 @@
+"""How histlog's values look on a terminal: one line per message, per stored entry and per log
+record, a progress bar, and JSON arrays of values the schemas serialise themselves.
+
+Shared by the CLI (``engine.cli``) and the demo (``engine.demo``). It lives beside the CLI
+package rather than in it, so the demo imports it without importing the CLI (which imports the
+demo to run ``histlog demo``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+import orjson
+
+from engine.log.base import Record
+from schemas.batch import StoredMessage
+from schemas.errors import HistoryError
+from schemas.events import BatchAppended, TurnReplaced, decode_event
+from schemas.messages import MediaPart, Message, Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
+from schemas.times import MAX_TIME_MS, MIN_TIME_MS, iso_time, time_of
+
+__all__ = ["ProgressBar", "entry_line", "json_text", "one_line", "print_lines", "record_line",
+           "render_message"]
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines too) as one space."""
+    return " ".join(text.split())
+
+
+def print_lines(out: TextIO, *lines: str) -> None:
+    for line in lines:
+        out.write(line + "\n")
+
+
+# --------------------------------------------------------------------------- messages and entries
+
+
+def _part_text(part: Part) -> str:
+    if isinstance(part, TextPart):
+        return part.text
+    if isinstance(part, ToolCallPart):
+        return f"→ {part.name}({part.arguments})"
+    if isinstance(part, ToolResultPart):
+        content = " ".join(c.text if isinstance(c, TextPart) else f"<{c.kind}>" for c in part.output.content)
+        if part.output.details is not None:
+            content = (content + " " if content else "") + str(part.output.details)
+        return f"← {part.name}{' [error]' if part.is_error else ''}: {content}"
+    if isinstance(part, MediaPart):
+        return f"<media {part.media.mime_type}>"
+    if isinstance(part, ReasoningPart):
+        return f"(reasoning: {part.text})" if part.text else "(reasoning)"
+    return f"(refusal: {part.text})"
+
+
+def render_message(message: Message, *, width: int | None = None) -> str:
+    """``role: text`` on one line (tool calls as ``→ name(args)``, results as ``← name: ...``)."""
+    body = one_line(" ".join(_part_text(p) for p in message.parts))
+    if width is not None and len(body) > width:
+        body = body[: width - 1] + "…"
+    return f"{message.role.value}: {body}"
+
+
+def entry_line(entry: StoredMessage) -> str:
+    """``[TURN:SEQ] role: text``, and ``(hidden: REASON by turn ID)`` for a replaced turn's message."""
+    hidden = f" (hidden: {entry.reason} by turn {entry.superseded_by})" if entry.superseded_by is not None else ""
+    return f"[{entry.position}] {render_message(entry.message)}{hidden}"
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def json_text(tree: object) -> str:
+    """``tree`` (lists, dicts, ``str``, ``int``, ``bool``, ``None``) as compact JSON with sorted
+    keys, where each ``bytes`` value is JSON already (a value's ``to_json()``, a message's
+    canonical JSON) and is embedded exactly as it is."""
+    return orjson.dumps(tree, default=orjson.Fragment, option=orjson.OPT_SORT_KEYS).decode()
+
+
+# --------------------------------------------------------------------------- log records
+
+
+def record_line(record: Record) -> str:
+    """``PARTITION:OFFSET  TIME  append|replace|clear|poison  ...``: one log record, decoded."""
+    if MIN_TIME_MS <= record.timestamp_ms <= MAX_TIME_MS:  # a producer may stamp any 64-bit value
+        when = iso_time(time_of(record.timestamp_ms))
+    else:
+        when = f"(time {record.timestamp_ms} ms)"
+    head = f"{record.partition}:{record.offset}  {when}"
+    try:
+        event = decode_event(record.value)
+    except HistoryError as exc:
+        return f"{head}  poison  {one_line(str(exc))}"
+    if isinstance(event, BatchAppended | TurnReplaced):
+        n = event.message_count
+        what = "append" if isinstance(event, BatchAppended) else "replace"
+        extra = ""
+        if isinstance(event, TurnReplaced):
+            extra = f"  ({event.reason} of turn {event.old_turn_id})"
+        elif event.expected_last is not None:
+            extra = f"  (if last is {event.expected_last or 'none'})"
+        return (f"{head}  {what}  {event.conversation_id}  {event.append_id}  "
+                f"{n} message{'s' if n != 1 else ''}  {event.digest[:19]}…{extra}")
+    return f"{head}  clear   {event.conversation_id}"
+
+
+# --------------------------------------------------------------------------- progress bar
+
+
+class ProgressBar:
+    """A dependency-free progress bar on a stream (stderr by default).
+
+    On a TTY it redraws one line with ``\\r``; otherwise it prints a line each time another
+    ~10% is done, so logs stay short. Call it with ``(done, total)``; ``finish()`` ends it.
+    """
+
+    WIDTH = 30
+
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self._decile = -1
+        self._last = (-1, -1)
+        self._drawn = False
+        self._started = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        if (done, total) == self._last:
+            return
+        self._last = (done, total)
+        if total <= 0:  # nothing left to replay when it started
+            if self._decile < 10:
+                self._decile = 10
+                line = f"{self.label}: up to date"
+                self.stream.write("\r" + line if self.tty else line + "\n")
+                self._drawn = self.tty
+                self.stream.flush()
+            return
+        fraction = min(max(done / total, 0.0), 1.0)
+        if self.tty:
+            filled = int(fraction * self.WIDTH)
+            bar = "#" * filled + "." * (self.WIDTH - filled)
+            self.stream.write(f"\r{self.label} [{bar}] {fraction:4.0%} {done}/{total}")
+            self._drawn = True
+        else:
+            decile = int(fraction * 10)
+            if decile > self._decile:
+                self._decile = decile
+                self.stream.write(f"{self.label}: {fraction:.0%} ({done}/{total})\n")
+        self.stream.flush()
+
+    def finish(self) -> None:
+        if self.tty and self._drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+        self._drawn = False
