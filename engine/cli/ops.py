@@ -5,24 +5,26 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, fields
-from datetime import datetime
 from types import FrameType
 from typing import Any, TextIO
 
 from engine.cli.exits import OK, UsageError
 from engine.cli.target import Target
 from engine.facade import EngineStats, HistoryEngine
-from engine.log.base import Record
-from engine.render import ProgressBar, entry_line, one_line, print_lines, record_line
-from schemas.errors import HistoryError
-from schemas.events import ConversationCleared, TurnReplaced, decode_event
+from engine.render import ProgressBar, one_line, print_lines, record_line, render_message
+from projections.events import ClearEvent, ProjectedEvent, TurnReplacedEvent
+from schemas.errors import SubscriptionLost
 
-__all__ = ["cmd_rebuild", "cmd_stats", "cmd_tail", "follow"]
+__all__ = ["cmd_rebuild", "cmd_stats", "cmd_tail", "event_lines", "follow"]
+
+log = logging.getLogger(__name__)
 
 _OFFSETS = ("end_offsets", "applied_offsets", "lag")
 
@@ -75,79 +77,72 @@ def cmd_rebuild(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
 # ----- tail
 
 
-def _last_records(engine: HistoryEngine, n: int) -> list[Record]:
-    records: list[Record] = []
-    for partition, end in enumerate(engine.log.end_offsets()):
-        offset = max(end - n, 0)
-        while offset < end:
-            chunk = engine.log.read(partition, offset, max_records=min(n, 1000))
-            if not chunk:
-                break
-            records.extend(chunk)
-            offset = chunk[-1].offset + 1
-    records.sort(key=lambda r: (r.timestamp_ms, r.partition, r.offset))
-    return records[-n:] if n else []
-
-
 def cmd_tail(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     if ns.lines < 0:
         raise UsageError(f"invalid --lines {ns.lines}: expected a number >= 0")
     with target.open() as engine:
         if not ns.follow:
-            print_lines(out, *(record_line(r) for r in _last_records(engine, ns.lines)))
+            print_lines(out, *(record_line(r) for r in engine.log.last_records(ns.lines)))
             return OK
-        print(f"histlog: following {target.describe()} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-        return follow(engine, out)
+        def following() -> None:
+            print(f"histlog: following {target.describe()} (Ctrl-C to stop)", file=sys.stderr, flush=True)
+
+        return follow(engine, out, ready=following)
 
 
-def follow(engine: HistoryEngine, out: TextIO, *, stop: threading.Event | None = None) -> int:
-    """Print accepted messages (and clears) as this instance applies them, one line each, until
-    Ctrl-C, SIGTERM (when run on the main thread) or ``stop`` is set.
+def follow(engine: HistoryEngine, out: TextIO, *, stop: threading.Event | None = None,
+           ready: Callable[[], None] | None = None) -> int:
+    """Print accepted messages (and clears) as this instance applies them, one line each
+    (``CONVERSATION [TURN:SEQ] role: text``; a replacement is announced first), until Ctrl-C,
+    SIGTERM (when run on the main thread) or ``stop`` is set. ``ready`` is called once the
+    subscription and the SIGTERM handler are in place: nothing applied after it is missed.
 
-    A batch record is shown only if it was *accepted*: its messages are in the conversation
-    with that append id and that record's creation time (duplicates, conflicts and refused
-    appends add nothing). The facade has no subscription or receipt lookup yet, so this
-    re-reads the conversation's entries for each accepted batch.
+    Lines come from ``engine.subscribe()``, so only accepted events show (duplicates, conflicts,
+    refused appends and poison records are not events; ``histlog stats`` counts them), each
+    exactly once and with no read of the conversation. A follower too slow for the projector
+    loses its subscription: it says so on stderr and follows on from there.
     """
     stop = stop if stop is not None else threading.Event()
-    cursor = engine.log.cursor(dict(enumerate(engine.log.end_offsets())))
+    events = engine.subscribe()
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         stop.set()
-        cursor.wakeup()
+        events.close()
 
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, on_term)
     try:
+        if ready is not None:
+            ready()
         while not stop.is_set():
-            records = cursor.poll(0.5)
-            if not records:
+            try:
+                event = events.get(timeout=0.5)  # the timeout only re-checks ``stop``
+            except SubscriptionLost as lost:
+                events.close()
+                events = engine.subscribe()
+                log.warning("tail fell behind: %s; following on from now", one_line(str(lost)))
                 continue
-            engine.catch_up(timeout=30.0)
-            for record in records:
-                try:
-                    event = decode_event(record.value)
-                except HistoryError as exc:
-                    where = f"{record.partition}:{record.offset}"
-                    print_lines(out, f"poison record at {where} skipped: {one_line(str(exc))}")
-                    continue
-                if isinstance(event, ConversationCleared):
-                    print_lines(out, f"{event.conversation_id}  cleared")
-                    continue
-                entries = engine.entries(event.conversation_id)
-                if isinstance(event, TurnReplaced) and any(e.append_id == event.append_id for e in entries):
-                    print_lines(out, f"{event.conversation_id}  turn {event.old_turn_id} replaced ({event.reason}):")
-                for entry in entries:
-                    created_ms = round(entry.created_at.timestamp() * 1000) if isinstance(
-                        entry.created_at, datetime) else None
-                    if entry.append_id == event.append_id and created_ms in (None, event.created_at_ms):
-                        print_lines(out, f"{event.conversation_id}  {entry_line(entry)}")
+            if event is None:
+                if events.done:
+                    break
+                continue
+            print_lines(out, *event_lines(event))
             out.flush()
     except KeyboardInterrupt:
         pass
     finally:
-        cursor.close()
+        events.close()
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return OK
+
+
+def event_lines(event: ProjectedEvent) -> list[str]:
+    """What ``follow`` prints for one accepted event."""
+    c = event.conversation_id
+    if isinstance(event, ClearEvent):
+        return [f"{c}  cleared"]
+    head = [f"{c}  turn {event.old_turn_id} replaced ({event.reason}):"] if isinstance(event, TurnReplacedEvent) else []
+    return head + [f"{c}  [{position}] {render_message(message)}"
+                   for message, position in zip(event.messages, event.positions, strict=True)]

@@ -97,6 +97,21 @@ class Log(abc.ABC):
     def cursor(self, start: Mapping[int, int]) -> LogCursor:
         """A cursor positioned at ``start[p]`` for every partition (0 where missing)."""
 
+    def last_records(self, n: int) -> list[Record]:
+        """The newest ``n`` records of the whole log by record time (ties: partition, offset),
+        oldest first: at most ``n`` records read per partition, so O(n x partitions)."""
+        records: list[Record] = []
+        for partition, end in enumerate(self.end_offsets()):
+            offset = max(end - n, 0)
+            while offset < end:
+                chunk = self.read(partition, offset, max_records=min(n, 1000))
+                if not chunk:
+                    break
+                records.extend(chunk)
+                offset = chunk[-1].offset + 1
+        records.sort(key=lambda r: (r.timestamp_ms, r.partition, r.offset))
+        return records[-n:] if n > 0 else []
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release files / connections. Idempotent."""

@@ -252,13 +252,13 @@ def wait_for(out: io.StringIO, text: str, timeout: float = 10.0) -> None:
 
 
 def test_tail_follow_prints_accepted_messages_and_clears(data: str) -> None:
-    out, stop = io.StringIO(), threading.Event()
+    out, stop, ready = io.StringIO(), threading.Event(), threading.Event()
     with HistoryEngine.open(data) as engine:
         engine.append(Batch("old", "a", [Message.user("before the tail started")]))
-        thread = threading.Thread(target=follow, args=(engine, out), kwargs={"stop": stop})
+        thread = threading.Thread(target=follow, args=(engine, out), kwargs={"stop": stop, "ready": ready.set})
         thread.start()
         try:
-            time.sleep(0.3)
+            assert ready.wait(timeout=10), "follow never became ready"
             batch = Batch("c", "a1", [Message.user("where is A1?"), Message.assistant("on its way")])
             engine.append(batch)
             engine.append(batch)  # a retry: no new record, nothing printed
@@ -460,9 +460,8 @@ def follower(data: str) -> Iterator[subprocess.Popen[str]]:
 
 def test_tail_follows_until_sigterm(follower: subprocess.Popen[str]) -> None:
     assert follower.stderr is not None
-    line = follower.stderr.readline()  # printed once it is following
+    line = follower.stderr.readline()  # printed once it is following, its SIGTERM handler in place
     assert "following" in line
-    time.sleep(0.2)
     follower.send_signal(signal.SIGTERM)
     assert follower.wait(timeout=30) == 0
 
