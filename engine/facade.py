@@ -1,5 +1,5 @@
 """``HistoryEngine``: the public facade over a log and the projector (docs/design.md §1, §4).
-Long (≈510 lines) because it is the documented public surface: one method per row of the API
+Long (≈550 lines) because it is the documented public surface: one method per row of the API
 contract, each with the docstring that states its promise; argument rules, refusals and the
 opening of the log and state live in ``engine.arguments``, ``engine.refusals``, ``engine.state``.
 
