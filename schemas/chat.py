@@ -1,6 +1,7 @@
 """Chat model types for the middleware: requests, responses, streamed deltas, and an accumulator.
 
-All are frozen pydantic models validated on construction; every failure raises
+All are frozen ``schemas.model.Model`` classes validated on construction (fields declared once,
+which give the positional constructor and the canonical form); every failure raises
 ``InvalidMessage`` (never pydantic's ``ValidationError``).
 """
 

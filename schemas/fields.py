@@ -22,7 +22,7 @@ from pydantic_core import core_schema
 
 from schemas.canonical import EMPTY_METADATA, FrozenDict, RawJSON
 from schemas.errors import InvalidMessage
-from schemas.model import Rule
+from schemas.model import DEFAULT, Rule
 
 __all__ = ["Bytes", "Metadata", "b64", "metadata_tree"]
 
@@ -65,9 +65,9 @@ def metadata_tree(metadata: FrozenDict) -> dict[str, Any]:
     return {k: _Fragment(str.__str__(v)) for k, v in metadata.items()}
 
 
-def _none_is_empty(value: Any) -> Any:
+def _none_is_default(value: Any) -> Any:
     """A constructor's ``metadata=None`` means "no metadata"."""
-    return EMPTY_METADATA if value is None else value
+    return DEFAULT if value is None else value
 
 
 Metadata = Annotated[
@@ -81,7 +81,7 @@ Metadata = Annotated[
             "additionalProperties": {"description": "Any JSON value (number spellings are preserved)."},
         }
     ),
-    Rule(encode=metadata_tree, convert=_none_is_empty),
+    Rule(encode=metadata_tree, convert=_none_is_default),
 ]
 """Metadata: non-empty string keys to JSON values, stored as a ``FrozenDict`` of ``RawJSON``."""
 

@@ -39,7 +39,7 @@ from schemas.canonical import RawJSON, _dump_checked, loads_exact
 from schemas.errors import InvalidMessage
 from schemas.invalid import TAGS, invalid
 
-__all__ = ["STORED", "Model", "Rule"]
+__all__ = ["DEFAULT", "STORED", "Model", "Rule"]
 
 _Fragment: Final = orjson.Fragment
 
@@ -56,13 +56,18 @@ class Rule:
     keyword_only: bool = False
     """The positional constructor takes the field by keyword only."""
     convert: Encoder | None = None
-    """Applied to a constructor argument before validation (``model_validate`` does not)."""
+    """Applied to a constructor argument before validation (``model_validate`` does not); a
+    result of ``DEFAULT`` leaves the field at its default, as if it were not given."""
     always: bool = False
     """Written into the canonical tree even when it holds its default."""
     encode: Encoder | None = None
     """How the value is written into the canonical tree (default: by its type)."""
     excluded: str = ""
     """Why the field is left out of the canonical tree (and so of equality and the digest)."""
+
+
+DEFAULT: Final = object()
+"""What a ``Rule.convert`` returns for "not given": the field keeps its default."""
 
 
 def _rule_of(metadata: Iterable[object]) -> Rule:
@@ -176,8 +181,8 @@ def _compile(rules: CanonicalRules) -> Callable[[Model], dict[str, Any]]:
     lines = ["def _tree(self):", "    d = self.__dict__", "    t = {}"]
     for i, (field, encode, default) in enumerate(rules):
         env[f"e{i}"], env[f"d{i}"] = encode, default
-        skip = "v is not None" if default is _WRITE else f"v is not None and v is not d{i} and v != d{i}"
-        lines += [f"    v = d[{field!r}]", f"    if {skip}:",
+        write = "v is not None" if default is _WRITE else f"v is not None and v is not d{i} and v != d{i}"
+        lines += [f"    v = d[{field!r}]", f"    if {write}:",
                   f"        t[{field!r}] = {'v' if encode is None else f'e{i}(v)'}"]
     lines.append("    return t")
     exec("\n".join(lines), env)
@@ -208,23 +213,26 @@ class Model(BaseModel):
     _converts: ClassVar[tuple[tuple[str, Encoder], ...]] = ()
 
     def __init__(self, /, *args: Any, **fields: Any) -> None:
-        cls = type(self)
         if args:
-            names = cls._positional
+            names = self._positional
             if len(args) > len(names):
-                raise TypeError(f"{cls.__name__}() takes at most {len(names)} positional arguments "
+                raise TypeError(f"{type(self).__name__}() takes at most {len(names)} positional arguments "
                                 f"({', '.join(names)}), {len(args)} were given")
             for name, value in zip(names, args, strict=False):
                 if name in fields:
-                    raise TypeError(f"{cls.__name__}() got {name!r} both by position and by keyword")
+                    raise TypeError(f"{type(self).__name__}() got {name!r} both by position and by keyword")
                 fields[name] = value
-        for name, convert in cls._converts:
+        for name, convert in self._converts:
             if name in fields:
-                fields[name] = convert(fields[name])
+                value = convert(fields[name])
+                if value is DEFAULT:
+                    del fields[name]
+                else:
+                    fields[name] = value
         try:
             super().__init__(**fields)
         except ValidationError as exc:
-            raise invalid(exc, cls._what) from None
+            raise invalid(exc, self._what) from None
 
     # pydantic's own fast path for nested and JSON validation (it calls a *custom* __init__ for
     # every nested model): this constructor only maps positions to names before validating.
