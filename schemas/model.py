@@ -229,8 +229,8 @@ class Model(BaseModel):
                     del fields[name]
                 else:
                     fields[name] = value
-        try:
-            super().__init__(**fields)
+        try:  # what BaseModel.__init__ does, without a second call and repacking of the fields
+            self.__pydantic_validator__.validate_python(fields, self_instance=self)
         except ValidationError as exc:
             raise invalid(exc, self._what) from None
 
