@@ -1,32 +1,23 @@
 """Chat model types for the middleware: requests, responses, streamed deltas, and an accumulator.
 
-All are frozen pydantic models validated on construction; every failure raises
+All are frozen ``schemas.model.Model`` classes validated on construction (fields declared once,
+which give the positional constructor and the canonical form); every failure raises
 ``InvalidMessage`` (never pydantic's ``ValidationError``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field, PlainValidator, StrictStr
 
 from schemas.canonical import EMPTY_METADATA, FrozenDict
 from schemas.errors import InvalidMessage
-from schemas.messages import (
-    _MISSING,
-    AnyPart,
-    Message,
-    ReasoningPart,
-    RefusalPart,
-    Role,
-    TextPart,
-    ToolCallPart,
-    _given,
-    _Model,
-    _positional,
-)
+from schemas.messages import Message, Role
+from schemas.model import Model, Rule
+from schemas.parts import AnyPart, ReasoningPart, RefusalPart, TextPart, ToolCallPart
 
 __all__ = [
     "ChatDelta",
@@ -54,23 +45,19 @@ class FinishReason(StrEnum):
     OTHER = "other"
 
 
-class Usage(_Model):
+class Usage(Model):
     """Token counts of one model call (non-negative integers)."""
+
+    if TYPE_CHECKING:  # the positional constructor of Model, for the type checker
+        def __init__(self, /, *args: Any, **fields: Any) -> None: ...
 
     _what = "usage"
     input_tokens: int = Field(ge=0, strict=True)
     output_tokens: int = Field(ge=0, strict=True)
 
-    @_positional
-    def __init__(self, input_tokens: int = _MISSING, output_tokens: int = _MISSING, **extra: Any) -> None:
-        self._init(_given(extra, input_tokens=input_tokens, output_tokens=output_tokens))
-
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
-
-    def _tree(self) -> dict[str, Any]:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
 
 
 def _freeze_options(value: Any) -> FrozenDict:
@@ -81,25 +68,27 @@ def _freeze_options(value: Any) -> FrozenDict:
     return value if type(value) is FrozenDict else FrozenDict(value)
 
 
-class ChatRequest(_Model):
+def _opaque_options(options: FrozenDict) -> str:
+    return repr(sorted(options.items()))
+
+
+class ChatRequest(Model):
     """What a chat model is asked: ``messages`` (at least one; system messages only as a
     leading prefix), ``tools`` (opaque tool definitions, passed through to the model) and
-    ``options`` (opaque model options such as ``temperature``, stored read-only)."""
+    ``options`` (opaque model options such as ``temperature``, stored read-only).
+
+    Its canonical form is its identity only (equality, hashing; never stored): the messages'
+    canonical bytes, and the ``repr`` of the opaque tools and options."""
+
+    if TYPE_CHECKING:  # the positional constructor of Model, for the type checker
+        def __init__(self, /, *args: Any, **fields: Any) -> None: ...
 
     _what = "chat request"
     messages: tuple[Message, ...]
-    tools: tuple[Any, ...] = ()
-    options: Annotated[FrozenDict, PlainValidator(_freeze_options)] = EMPTY_METADATA
-
-    @_positional
-    def __init__(
-        self,
-        messages: Iterable[Message] = _MISSING,
-        tools: Iterable[Any] = _MISSING,
-        options: Mapping[str, Any] = _MISSING,
-        **extra: Any,
-    ) -> None:
-        self._init(_given(extra, messages=messages, tools=tools, options=options))
+    tools: Annotated[tuple[Any, ...], Rule(always=True, encode=repr)] = ()
+    options: Annotated[
+        FrozenDict, PlainValidator(_freeze_options), Rule(always=True, encode=_opaque_options)
+    ] = EMPTY_METADATA
 
     def _check(self) -> None:
         if not self.messages:
@@ -112,36 +101,21 @@ class ChatRequest(_Model):
             else:
                 prefix = False
 
-    def _tree(self) -> dict[str, Any]:
-        # Tools and options are opaque: identity is by the messages (plus repr of the rest).
-        return {
-            "messages": [m.fragment() for m in self.messages],
-            "options": repr(sorted(self.options.items())),
-            "tools": repr(self.tools),
-        }
-
     def __hash__(self) -> int:
         return hash(self.canonical_json())
 
 
-class ChatResponse(_Model):
+class ChatResponse(Model):
     """A complete model answer: ``message`` (a valid assistant message, or ``None``),
     ``finish_reason`` and optional ``usage``."""
+
+    if TYPE_CHECKING:  # the positional constructor of Model, for the type checker
+        def __init__(self, /, *args: Any, **fields: Any) -> None: ...
 
     _what = "chat response"
     message: Message | None
     finish_reason: FinishReason
     usage: Usage | None = None
-
-    @_positional
-    def __init__(
-        self,
-        message: Message | None = _MISSING,
-        finish_reason: FinishReason | str = _MISSING,
-        usage: Usage | None = _MISSING,
-        **extra: Any,
-    ) -> None:
-        self._init(_given(extra, message=message, finish_reason=finish_reason, usage=usage))
 
     def _check(self) -> None:
         if self.message is not None and self.message.role is not Role.ASSISTANT:
@@ -153,114 +127,73 @@ class ChatResponse(_Model):
         """The message's text parts joined (``""`` without a message)."""
         return self.message.text() if self.message is not None else ""
 
-    def _tree(self) -> dict[str, Any]:
-        tree: dict[str, Any] = {"finish_reason": self.finish_reason.value}
-        if self.message is not None:
-            tree["message"] = self.message.fragment()
-        if self.usage is not None:
-            tree["usage"] = self.usage._tree()
-        return tree
 
-
-class TextDelta(_Model):
+class TextDelta(Model):
     """A fragment of assistant text."""
+
+    if TYPE_CHECKING:  # the positional constructor of Model, for the type checker
+        def __init__(self, /, *args: Any, **fields: Any) -> None: ...
 
     _what = "delta"
     kind: Literal["text"] = "text"
     text: StrictStr
 
-    @_positional
-    def __init__(self, text: str = _MISSING, **extra: Any) -> None:
-        self._init(_given(extra, text=text))
 
-    def _tree(self) -> dict[str, Any]:
-        return {"kind": "text", "text": self.text}
-
-
-class ReasoningDelta(_Model):
+class ReasoningDelta(Model):
     """A fragment of reasoning text."""
+
+    if TYPE_CHECKING:  # the positional constructor of Model, for the type checker
+        def __init__(self, /, *args: Any, **fields: Any) -> None: ...
 
     _what = "delta"
     kind: Literal["reasoning"] = "reasoning"
     text: StrictStr
 
-    @_positional
-    def __init__(self, text: str = _MISSING, **extra: Any) -> None:
-        self._init(_given(extra, text=text))
 
-    def _tree(self) -> dict[str, Any]:
-        return {"kind": "reasoning", "text": self.text}
-
-
-class ToolCallDelta(_Model):
+class ToolCallDelta(Model):
     """A fragment of the tool call ``id``: fragments of one id concatenate their ``arguments``;
     ``name`` may be given on any fragment (later fragments may repeat it or leave it empty)."""
+
+    if TYPE_CHECKING:  # the positional constructor of Model, for the type checker
+        def __init__(self, /, *args: Any, **fields: Any) -> None: ...
 
     _what = "delta"
     kind: Literal["tool_call"] = "tool_call"
     id: StrictStr = Field(min_length=1)
-    name: StrictStr = ""
-    arguments: StrictStr = ""
-
-    @_positional
-    def __init__(
-        self, id: str = _MISSING, name: str = _MISSING, arguments: str = _MISSING, **extra: Any
-    ) -> None:
-        self._init(_given(extra, id=id, name=name, arguments=arguments))
-
-    def _tree(self) -> dict[str, Any]:
-        return {"arguments": self.arguments, "id": self.id, "kind": "tool_call", "name": self.name}
+    name: Annotated[StrictStr, Rule(always=True)] = ""
+    arguments: Annotated[StrictStr, Rule(always=True)] = ""
 
 
-class RefusalDelta(_Model):
+class RefusalDelta(Model):
     """A fragment of refusal text."""
+
+    if TYPE_CHECKING:  # the positional constructor of Model, for the type checker
+        def __init__(self, /, *args: Any, **fields: Any) -> None: ...
 
     _what = "delta"
     kind: Literal["refusal"] = "refusal"
     text: StrictStr
-
-    @_positional
-    def __init__(self, text: str = _MISSING, **extra: Any) -> None:
-        self._init(_given(extra, text=text))
-
-    def _tree(self) -> dict[str, Any]:
-        return {"kind": "refusal", "text": self.text}
 
 
 DeltaPart = Annotated[TextDelta | ReasoningDelta | ToolCallDelta | RefusalDelta, Field(discriminator="kind")]
 """Any delta part; a discriminated union on ``kind``."""
 
 
-class ChatDelta(_Model):
+class ChatDelta(Model):
     """One streamed chunk: some ``parts``, and/or a ``finish_reason``, and/or ``usage``.
     A delta with none of the three is malformed."""
 
+    if TYPE_CHECKING:  # the positional constructor of Model, for the type checker
+        def __init__(self, /, *args: Any, **fields: Any) -> None: ...
+
     _what = "chat delta"
-    parts: tuple[DeltaPart, ...] = ()
+    parts: Annotated[tuple[DeltaPart, ...], Rule(always=True)] = ()
     finish_reason: FinishReason | None = None
     usage: Usage | None = None
-
-    @_positional
-    def __init__(
-        self,
-        parts: Iterable[TextDelta | ReasoningDelta | ToolCallDelta | RefusalDelta] = _MISSING,
-        finish_reason: FinishReason | str | None = _MISSING,
-        usage: Usage | None = _MISSING,
-        **extra: Any,
-    ) -> None:
-        self._init(_given(extra, parts=parts, finish_reason=finish_reason, usage=usage))
 
     def _check(self) -> None:
         if not self.parts and self.finish_reason is None and self.usage is None:
             raise ValueError("empty delta: no parts, no finish_reason and no usage")
-
-    def _tree(self) -> dict[str, Any]:
-        tree: dict[str, Any] = {"parts": [p._tree() for p in self.parts]}
-        if self.finish_reason is not None:
-            tree["finish_reason"] = self.finish_reason.value
-        if self.usage is not None:
-            tree["usage"] = self.usage._tree()
-        return tree
 
 
 class ResponseAccumulator:
