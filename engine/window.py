@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from engine.arguments import check_window
 from engine.facade import HistoryEngine
 from projections.window import select_window
-from schemas.errors import InvalidComponent, InvalidWindow
+from schemas.errors import InvalidComponent
 from schemas.ids import ConversationID
 from schemas.messages import Message
 
@@ -45,10 +46,7 @@ class WindowReader:
 
     def __init__(self, reader: Reader, limit: int) -> None:
         check_reader(reader, "WindowReader")
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise InvalidWindow(f"invalid window: limit must be an int, got {type(limit).__name__}")
-        if limit <= 0:
-            raise InvalidWindow(f"invalid window: limit must be positive, got {limit}")
+        check_window(limit)
         self._reader = reader
         self._limit = limit
 
