@@ -49,6 +49,7 @@ from schemas.errors import (
     InvalidBatch,
     InvalidConfiguration,
     InvalidProjection,
+    InvalidReceipt,
     InvalidWindow,
     LogUnavailable,
     NotFound,
@@ -318,9 +319,22 @@ class HistoryEngine:
     def _wait_for(self, receipt: Receipt, timeout: float) -> None:
         if not isinstance(receipt, Receipt):
             raise TypeError(f"at_least must be a Receipt, got {type(receipt).__name__}")
-        if not self._projector.wait_applied(receipt.position, timeout):
+        self.wait_applied(receipt.position, timeout)
+
+    def wait_applied(self, position: LogPosition, timeout: float = 30.0) -> None:
+        """Return once this instance has applied the log ``position`` (read-your-writes with a
+        position from anywhere, e.g. a ``Receipt``'s), at most ``timeout`` seconds, else
+        ``LogUnavailable``."""
+        check_timeout(timeout)
+        if not isinstance(position, LogPosition):
+            raise TypeError(f"a log position must be a LogPosition, got {type(position).__name__}")
+        if position.partition >= self._log.partitions:
+            raise InvalidReceipt(f"log position {position} names partition {position.partition}, but this log "
+                                 f"has {self._log.partitions} (0..{self._log.partitions - 1}): use a position it gave")
+        self._check_open()
+        if not self._projector.wait_applied(position, timeout):
             raise LogUnavailable(
-                f"this instance has not applied {receipt.position} within {timeout}s; "
+                f"this instance has not applied {position} within {timeout}s; "
                 "check `histlog stats` (lag) and that the log is reachable, then retry")
 
     def conversations(self) -> list[ConversationID]:

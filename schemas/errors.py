@@ -9,6 +9,7 @@ The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
     ├── InvalidBatch            (ValueError)  a batch breaks a rule (empty, bad message, ...)
     ├── InvalidReceipt          (ValueError)  a receipt does not name the batch it is checked against
     ├── InvalidWindow           (ValueError)  window limit <= 0
+    ├── InvalidRequest          (ValueError)  an HTTP request is malformed (JSON, a parameter); names the field
     ├── InvalidConfiguration    (ValueError)  a bad open()/CLI setting (address, path, timeout...)
     │   ├── TopicRefused                      the Kafka topic cannot be used as asked (retention, partitions...)
     │   └── InvalidComponent    (TypeError)   a reader or writer without the method it must have
@@ -27,7 +28,10 @@ The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
     ├── LogUnavailable                        the log backend is down or fail-stopped
     ├── StateUnavailable                      the RocksDB state is in use, failed or cannot be written
     ├── CorruptLog                            a log record or segment is damaged
-    └── SubscriptionLost                      a subscriber fell behind; subscribe again and re-read
+    ├── SubscriptionLost                      a subscriber fell behind; subscribe again and re-read
+    ├── Unauthorized                          the service wants a valid bearer token
+    ├── NotOwner                              (cluster) this member does not own the conversation's partition
+    └── NotReady                              (cluster) the owner has not caught up yet; retry
 
 Every message says what went wrong and what to do next. Errors carry no I/O
 handles and are safe to pickle or print.
@@ -57,15 +61,19 @@ __all__ = [
     "InvalidMessage",
     "InvalidProjection",
     "InvalidReceipt",
+    "InvalidRequest",
     "InvalidWindow",
     "LogUnavailable",
     "NotFound",
+    "NotOwner",
+    "NotReady",
     "PreconditionFailed",
     "ProjectionError",
     "StateUnavailable",
     "SubscriptionLost",
     "TopicRefused",
     "TurnNotReplaceable",
+    "Unauthorized",
     "WindowTooSmall",
 ]
 
@@ -96,6 +104,12 @@ class InvalidReceipt(HistoryError, ValueError):
 
 class InvalidWindow(HistoryError, ValueError):
     """A window limit is not positive."""
+
+
+class InvalidRequest(HistoryError, ValueError):
+    """An HTTP request to the service is malformed: a body that is not JSON or has unknown or
+    missing members, a query parameter that is missing or cannot be parsed. The message names
+    the field and the form it expects; nothing was read or written."""
 
 
 class InvalidConfiguration(HistoryError, ValueError):
@@ -205,6 +219,21 @@ class CommitUnconfirmed(HistoryError):
 
 class LogUnavailable(HistoryError):
     """The log backend cannot take or serve records now (broker down, fail-stopped file log...)."""
+
+
+class Unauthorized(HistoryError):
+    """The service asks for ``Authorization: Bearer <token>`` and the request had none or
+    another; pass the server's token (``HistoryClient(url, token=...)``, ``HISTLOG_TOKEN``)."""
+
+
+class NotOwner(HistoryError):
+    """(Cluster) the member that got a forwarded request does not own the conversation's
+    partition (ownership moved): ask ``/v1/cluster`` for the owner and send it there."""
+
+
+class NotReady(HistoryError):
+    """(Cluster) the member owns the partition but has not caught up on it yet, or could not
+    reach the owner: retry after ``Retry-After`` seconds (clients retry within their timeout)."""
 
 
 class StateUnavailable(HistoryError):

@@ -1,0 +1,101 @@
+"""``AsyncHistoryEngine``: the engine's asyncio face, for the HTTP service and ``async`` bots.
+
+The same methods as ``HistoryEngine``, with the same arguments, results and errors, as
+coroutines. Reads and the short blocking steps of a write run on worker threads
+(``asyncio.to_thread``), so the event loop never blocks on RocksDB or the log.
+
+It is a thin shell: every rule stays in ``HistoryEngine``; this module only decides where each
+call runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import ParamSpec, TypeVar
+
+from engine.arguments import Empty
+from engine.facade import EngineStats, HistoryEngine
+from projections.reads import Unit
+from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
+from schemas.ids import ConversationID
+from schemas.messages import Message
+from schemas.positions import HistoryPosition, LogPosition
+
+__all__ = ["AsyncHistoryEngine"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+async def _off_loop(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+class AsyncHistoryEngine:
+    """``HistoryEngine``'s methods as coroutines over one engine (which it does not own: close
+    the engine yourself)."""
+
+    __slots__ = ("engine",)
+
+    def __init__(self, engine: HistoryEngine) -> None:
+        self.engine = engine
+
+    # -- writes
+    async def append(self, batch: Batch, timeout: float = 30.0, *,
+                     expected_last: Receipt | Empty | None = None) -> Receipt:
+        return await _off_loop(self.engine.append, batch, timeout, expected_last=expected_last)
+
+    async def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0) -> Receipt:
+        return await _off_loop(self.engine.replace_turn, batch, old_turn_id, reason, timeout)
+
+    async def clear(self, conversation_id: str, timeout: float = 30.0) -> None:
+        await _off_loop(self.engine.clear, conversation_id, timeout)
+
+    async def wait_applied(self, position: LogPosition, timeout: float = 30.0) -> None:
+        await _off_loop(self.engine.wait_applied, position, timeout)
+
+    # -- reads
+    async def read(self, conversation_id: str, at_least: Receipt | None = None, timeout: float = 30.0) -> list[Message]:
+        return await _off_loop(self.engine.read, conversation_id, at_least, timeout)
+
+    async def conversations(self) -> list[ConversationID]:
+        return await _off_loop(self.engine.conversations)
+
+    async def entries(self, conversation_id: str, after: HistoryPosition | None = None,
+                      before: HistoryPosition | None = None, limit: int | None = None,
+                      include_hidden: bool = False) -> list[StoredMessage]:
+        return await _off_loop(self.engine.entries, conversation_id, after, before, limit, include_hidden)
+
+    async def turn(self, conversation_id: str, message_id: str) -> HistoryTurn:
+        return await _off_loop(self.engine.turn, conversation_id, message_id)
+
+    async def turns(self, conversation_id: str) -> list[HistoryTurn]:
+        return await _off_loop(self.engine.turns, conversation_id)
+
+    async def latest_turn(self, conversation_id: str) -> HistoryTurn | None:
+        return await _off_loop(self.engine.latest_turn, conversation_id)
+
+    async def latest_interrupted_checkpoint(self, conversation_id: str) -> StoredMessage | None:
+        return await _off_loop(self.engine.latest_interrupted_checkpoint, conversation_id)
+
+    async def window(self, conversation_id: str, limit: int, before: HistoryPosition | None = None) -> list[Message]:
+        return await _off_loop(self.engine.window, conversation_id, limit, before)
+
+    async def window_entries(self, conversation_id: str, limit: int) -> StoredWindow:
+        return await _off_loop(self.engine.window_entries, conversation_id, limit)
+
+    async def read_within_bytes(self, conversation_id: str, max_bytes: int,
+                                after: HistoryPosition = HistoryPosition.START, before: HistoryPosition | None = None,
+                                unit: Unit = "turn") -> HistoryLoad[StoredMessage]:
+        return await _off_loop(self.engine.read_within_bytes, conversation_id, max_bytes, after, before, unit)
+
+    async def turn_sources(self, conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
+                           before: HistoryPosition | None = None, unit: Unit = "turn") -> HistoryLoad[TurnSource]:
+        return await _off_loop(self.engine.turn_sources, conversation_id, max_bytes, after, before, unit)
+
+    async def measure(self, conversation_id: str, after: HistoryPosition = HistoryPosition.START) -> Measure:
+        return await _off_loop(self.engine.measure, conversation_id, after)
+
+    async def stats(self) -> EngineStats:
+        return await _off_loop(self.engine.stats)
