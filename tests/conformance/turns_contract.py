@@ -695,8 +695,10 @@ class TurnsContract:
                 except WindowTooSmall:
                     continue
                 assert not hidden_uids & {x.metadata.get("uid") for x in window}, limit
-                merged = [x.text() for x in window if x.role == Role.SYSTEM]
-                assert not any(h in t for h in hidden_system for t in merged), limit
+                # the merged system message's parts, one per merged message (a substring test would
+                # find '#t.2' inside '#t.20')
+                merged = {getattr(p, "text", None) for x in window if x.role == Role.SYSTEM for p in x.parts}
+                assert not set(hidden_system) & merged, limit
             total = sum(e.message.content_bytes() for e in visible)
             for after in [HistoryPosition.START, *(e.position for e in listed if e.hidden)][:4]:
                 for budget in (1, max(total // 3, 1), total + 1, 1 << 40):
