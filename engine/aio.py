@@ -1,11 +1,31 @@
 """``AsyncHistoryEngine``: the engine's asyncio face, for the HTTP service and ``async`` bots.
 
 The same methods as ``HistoryEngine``, with the same arguments, results and errors, as
-coroutines. Reads and the short blocking steps of a write run on worker threads
-(``asyncio.to_thread``), so the event loop never blocks on RocksDB or the log.
+coroutines. It is a thin shell: every rule stays in ``HistoryEngine``; this module only decides
+where each step runs.
 
-It is a thin shell: every rule stays in ``HistoryEngine``; this module only decides where each
-call runs.
+**Writes** (``append``, ``replace_turn``, ``clear``) are the facade's two halves:
+
+* the *submit* (validate, fast path from local state, take the ticket, append to the log) is
+  blocking I/O, so it runs on the engine's bounded submit pool (``HistoryEngine._submitter``,
+  ``SUBMIT_THREADS`` = 32 threads, whatever the number of writes in flight). It holds a thread
+  for about one log append: FileLog with ``fsync="always"`` waits for the group-committed
+  write+fsync that covers the record (measured on the development VM: about 1 ms alone, a few
+  ms under 64 writers), Kafka for the broker's acknowledgement; a fast-path answer (a retry, a
+  closed conversation) takes some tens of microseconds. The pool is as wide as a useful group
+  commit: concurrent appends share one fsync, and the loop's default executor (e.g. 4 threads)
+  made 4-record groups and half the appends/s of 64 writer threads.
+* the *wait* for the projector's decision holds no thread: it awaits ``Ticket.watch``, a future
+  the projector resolves through ``call_soon_threadsafe`` after the step that decides the
+  record is committed. So 1,000 appends in flight hold at most the pool's threads (in their
+  submits), never one each; the wait is bounded by ``timeout`` (then ``CommitUnconfirmed``, as
+  on the thread face), and a timed-out or cancelled write releases its ticket (one cancelled
+  during its submit: once the submit ends).
+
+**Reads** run on the loop's default executor (``asyncio.to_thread``): a RocksDB read blocks,
+and one that misses the block cache waits for the disk, which would stall every coroutine of the
+loop. Measured for ``window(20)`` on a 100-message conversation: 0.18 ms inline, 0.26 ms through
+``to_thread`` (p50, one caller); so the hand-off costs about 0.08 ms, not worth blocking the loop.
 """
 
 from __future__ import annotations
@@ -15,9 +35,10 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from engine.arguments import Empty
-from engine.facade import EngineStats, HistoryEngine
+from engine.facade import EngineStats, HistoryEngine, Submitted, Written, _receipt
 from projections.reads import Unit
 from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
+from schemas.errors import StateUnavailable
 from schemas.ids import ConversationID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
@@ -32,6 +53,14 @@ async def _off_loop(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await asyncio.to_thread(fn, *args, **kwargs)
 
 
+def _release_abandoned(job: asyncio.Future[Submitted]) -> None:
+    """A submit whose caller was cancelled while it ran: give its ticket back once it is done."""
+    if not job.cancelled() and job.exception() is None:
+        written = job.result()
+        if isinstance(written, Written):
+            written.ticket.release()
+
+
 class AsyncHistoryEngine:
     """``HistoryEngine``'s methods as coroutines over one engine (which it does not own: close
     the engine yourself)."""
@@ -41,16 +70,37 @@ class AsyncHistoryEngine:
     def __init__(self, engine: HistoryEngine) -> None:
         self.engine = engine
 
+    async def _write(self, submit: Callable[[], Submitted]) -> Receipt | None:
+        """Run the submit on a worker thread, then await the decision on the loop."""
+        job = asyncio.get_running_loop().run_in_executor(self.engine._submitter(), submit)
+        try:
+            submitted = await asyncio.shield(job)
+        except asyncio.CancelledError:
+            job.add_done_callback(_release_abandoned)
+            raise
+        if not isinstance(submitted, Written):
+            return submitted
+        try:
+            try:
+                decision = await asyncio.wait_for(submitted.ticket.watch(submitted.position), submitted.remaining())
+            except TimeoutError:
+                decision = None
+            except StateUnavailable as e:
+                return self.engine._conclude(submitted, None, e)
+            return self.engine._conclude(submitted, decision)
+        finally:
+            submitted.ticket.release()
+
     # -- writes
     async def append(self, batch: Batch, timeout: float = 30.0, *,
                      expected_last: Receipt | Empty | None = None) -> Receipt:
-        return await _off_loop(self.engine.append, batch, timeout, expected_last=expected_last)
+        return _receipt(await self._write(lambda: self.engine._submit_append(batch, timeout, expected_last)))
 
     async def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0) -> Receipt:
-        return await _off_loop(self.engine.replace_turn, batch, old_turn_id, reason, timeout)
+        return _receipt(await self._write(lambda: self.engine._submit_replace(batch, old_turn_id, reason, timeout)))
 
     async def clear(self, conversation_id: str, timeout: float = 30.0) -> None:
-        await _off_loop(self.engine.clear, conversation_id, timeout)
+        await self._write(lambda: self.engine._submit_clear(conversation_id, timeout))
 
     async def wait_applied(self, position: LogPosition, timeout: float = 30.0) -> None:
         await _off_loop(self.engine.wait_applied, position, timeout)

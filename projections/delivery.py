@@ -7,8 +7,12 @@ applies (its own, and the rare identical retry or conflict from elsewhere). Afte
 returns the position, ``Ticket.wait(position)`` answers from what the ticket holds, so a
 projector that applied the record before the writer looked cannot make the decision
 "forgotten": there is no cache to evict it from. A ticket lives as long as one write (the
-writer's ``with`` block), so what it holds is bounded by the records under one key written
-meanwhile; nothing is kept for positions no writer of this process waits on.
+writer's ``with`` block, or until ``release``), so what it holds is bounded by the records
+under one key written meanwhile; nothing is kept for positions no writer of this process waits on.
+
+A writer waits either on a thread (``Ticket.wait``) or on an asyncio future (``Ticket.watch``):
+the projector resolves watched futures after the committed step, grouped per event loop (one
+``call_soon_threadsafe`` per loop and step), so an async writer holds no thread while it waits.
 
 **Subscriptions.** A ``Subscription`` is a thread-safe iterator of the accepted events
 (``projections.events``: the objects custom projections get), in log order per partition,
@@ -17,11 +21,13 @@ projector never waits for a consumer: when an event does not fit, the subscripti
 and, after the buffered events, raises ``SubscriptionLost`` (subscribe again, then re-read).
 
 The projector's stop ends every subscription (after its buffered events) and answers every
-waiting ticket "undecided"; its failure is raised to both.
+waiting ticket "undecided" (a watched future: None); its failure is raised to both (a watched
+future: as its exception).
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import threading
@@ -42,16 +48,29 @@ _WAKE = 1.0  # the longest a blocked ``next`` sleeps between checks (a close fro
 Failure = Callable[[], HistoryError]
 """Makes the (typed) error that says why the projector stopped, a new one for each raise."""
 
+_Wake = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Decision | None]", "Decision | Failure | None"]
+"""A watched future and its outcome: a decision, None (undecided: stopped), or the failure."""
+
 
 class Ticket:
-    """One writer's claim on the decisions of the records under its key (see the module)."""
+    """One writer's claim on the decisions of the records under its key (see the module).
 
-    __slots__ = ("_cond", "_decisions", "_owner", "key")
+    Two ways to wait for the decision of the writer's own record, with the same answers:
+    ``wait`` parks the calling thread on a condition; ``watch`` parks nothing: it returns an
+    asyncio future that the projector resolves, after the step that decides the record is
+    committed, through the future's loop (``call_soon_threadsafe``). ``release`` (or the end of
+    ``Deliveries.ticket``'s ``with`` block) gives the ticket back; a released ticket gets nothing.
+    """
 
-    def __init__(self, owner: Deliveries, key: bytes) -> None:
+    __slots__ = ("_cond", "_decisions", "_on_release", "_owner", "_released", "_watch", "key")
+
+    def __init__(self, owner: Deliveries, key: bytes, on_release: Callable[[], object] | None = None) -> None:
         self._owner = owner
         self._cond = threading.Condition(owner._lock)
         self._decisions: dict[LogPosition, Decision] = {}
+        self._watch: tuple[LogPosition, asyncio.AbstractEventLoop, asyncio.Future[Decision | None]] | None = None
+        self._on_release = on_release
+        self._released = False
         self.key = key
 
     def wait(self, position: LogPosition, timeout: float) -> Decision | None:
@@ -70,6 +89,61 @@ class Ticket:
                 if self._owner._stopped or remaining <= 0:
                     return None
                 self._cond.wait(remaining)
+
+    def watch(self, position: LogPosition) -> asyncio.Future[Decision | None]:
+        """``wait`` without a thread: a future of the running loop (call it from the loop) that
+        gets the decision for ``position``, None once the projector stopped undecided, or the
+        projector's failure as its exception. No timeout here: the caller bounds its ``await``
+        (``asyncio.wait_for``) and then releases the ticket; a future cancelled meanwhile is
+        left alone."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Decision | None] = loop.create_future()
+        with self._owner._lock:
+            decision = self._decisions.get(position)
+            if decision is not None:
+                future.set_result(decision)
+            elif self._owner._failure is not None:
+                future.set_exception(self._owner._failure())
+            elif self._owner._stopped:
+                future.set_result(None)
+            else:
+                self._watch = (position, loop, future)
+        return future
+
+    def release(self) -> None:
+        """Give the ticket back (idempotent): the projector no longer hands it decisions."""
+        self._owner._release(self)
+
+    def _end_locked(self, outcome: Failure | None, out: list[_Wake]) -> None:
+        """Under the owner's lock, the projector stopped: a watched future gets ``outcome``."""
+        self._cond.notify_all()
+        watch, self._watch = self._watch, None
+        if watch is not None:
+            out.append((watch[1], watch[2], outcome))
+
+
+_Settle = tuple["asyncio.Future[Decision | None]", "Decision | Failure | None"]
+
+
+def _settle(wakes: Sequence[_Settle]) -> None:
+    """On a loop: set each future (one still waited on) to its outcome."""
+    for future, outcome in wakes:
+        if future.done():
+            continue  # timed out or cancelled meanwhile
+        if outcome is None or isinstance(outcome, Decision):
+            future.set_result(outcome)
+        else:
+            future.set_exception(outcome())
+
+
+def _wake(wakes: Sequence[_Wake]) -> None:
+    """Hand the outcomes to their loops: one ``call_soon_threadsafe`` per loop and step."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[_Settle]] = {}
+    for loop, future, outcome in wakes:
+        by_loop.setdefault(loop, []).append((future, outcome))
+    for loop, items in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits its futures
+            loop.call_soon_threadsafe(_settle, items)
 
 
 class Subscription:
@@ -186,21 +260,41 @@ class Deliveries:
         self._failure: Failure | None = None
         self._stopped = False
 
-    @contextlib.contextmanager
-    def ticket(self, key: bytes) -> Iterator[Ticket]:
-        """A ticket for the records under ``key``, for the duration of the ``with`` block (take
-        it before producing the record)."""
-        ticket = Ticket(self, key)
+    def take(self, key: bytes, on_release: Callable[[], object] | None = None) -> Ticket:
+        """A ticket for the records under ``key`` until ``Ticket.release()`` (take it before
+        producing the record); ``on_release`` runs once, when it is released."""
+        ticket = Ticket(self, key, on_release)
         with self._lock:
             self._tickets.setdefault(key, []).append(ticket)
+        return ticket
+
+    @contextlib.contextmanager
+    def ticket(self, key: bytes) -> Iterator[Ticket]:
+        """A ticket for the records under ``key``, for the duration of the ``with`` block."""
+        ticket = self.take(key)
         try:
             yield ticket
         finally:
-            with self._lock:
-                waiting = self._tickets[key]
-                waiting.remove(ticket)
-                if not waiting:
-                    del self._tickets[key]
+            ticket.release()
+
+    def _release(self, ticket: Ticket) -> None:
+        with self._lock:
+            if ticket._released:
+                return
+            ticket._released = True
+            ticket._watch = None
+            waiting = self._tickets[ticket.key]
+            waiting.remove(ticket)
+            if not waiting:
+                del self._tickets[ticket.key]
+        if ticket._on_release is not None:
+            ticket._on_release()
+
+    @property
+    def tickets(self) -> int:
+        """How many tickets are taken (not yet released)."""
+        with self._lock:
+            return sum(len(waiting) for waiting in self._tickets.values())
 
     def subscribe(self, capacity: int, start: Sequence[int]) -> Subscription:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
@@ -223,38 +317,48 @@ class Deliveries:
                 events: Sequence[ProjectedEvent]) -> None:
         """After a committed step: hand each ticket the decisions under its key, and each
         subscription the step's accepted events."""
+        wakes: list[_Wake] = []
         with self._lock:
             if self._tickets:
                 for position, key, decision in decided:
                     for ticket in self._tickets.get(key, ()):
                         ticket._decisions[position] = decision
                         ticket._cond.notify_all()
+                        watch = ticket._watch
+                        if watch is not None and watch[0] == position:
+                            ticket._watch = None
+                            wakes.append((watch[1], watch[2], decision))
             if any(s._closed for s in self._subscriptions):
                 self._subscriptions = [s for s in self._subscriptions if not s._closed]
             subscriptions = list(self._subscriptions) if events else []
+        _wake(wakes)
         for subscription in subscriptions:
             subscription._offer(events)
 
     def fail(self, failure: Failure) -> None:
         """The projector stopped on a failure: every ticket and subscription raises it."""
+        wakes: list[_Wake] = []
         with self._lock:
             self._failure = failure
-            subscriptions = self._end_all()
+            subscriptions = self._end_all(failure, wakes)
+        _wake(wakes)
         for subscription in subscriptions:
             subscription._end()
 
     def stop(self) -> None:
         """The projector stopped (engine close): waiting tickets answer "undecided", subscriptions
         end after their buffered events."""
+        wakes: list[_Wake] = []
         with self._lock:
             self._stopped = True
-            subscriptions = self._end_all()
+            subscriptions = self._end_all(None, wakes)
+        _wake(wakes)
         for subscription in subscriptions:
             subscription._end()
 
-    def _end_all(self) -> list[Subscription]:
+    def _end_all(self, outcome: Failure | None, wakes: list[_Wake]) -> list[Subscription]:
         for waiting in self._tickets.values():
             for ticket in waiting:
-                ticket._cond.notify_all()
+                ticket._end_locked(outcome, wakes)
         subscriptions, self._subscriptions = self._subscriptions, []
         return subscriptions

@@ -308,22 +308,30 @@ class Projector:
         return any(True for _ in self.store.iterator().scan(*keys.checkpoint_range(name)))
 
     # -- waiting and reading -----------------------------------------------------------------
-    @contextlib.contextmanager
-    def expecting(self, key: bytes, batch: Batch | None = None) -> Iterator[Ticket]:
+    def expect(self, key: bytes, batch: Batch | None = None) -> Ticket:
         """Tell the projector that this process is about to append a record under ``key`` (take
         this before producing it): the ticket answers the decision for the position the append
-        returns (``Ticket.wait``). A ``batch`` is validated already, so its record is applied
-        without parsing the bytes again (they are still compared with the batch's canonical bytes)."""
-        entry = None
-        if batch is not None:
-            entry = (key, batch.digest)
-            self._known[entry] = batch
+        returns (``Ticket.wait``, or ``Ticket.watch`` from an event loop) until it is released.
+        A ``batch`` is validated already, so its record is applied without parsing the bytes again
+        (they are still compared with the batch's canonical bytes)."""
+        if batch is None:
+            return self.deliveries.take(key)
+        entry = (key, batch.digest)
+        self._known[entry] = batch
         try:
-            with self.deliveries.ticket(key) as ticket:
-                yield ticket
+            return self.deliveries.take(key, lambda: self._known.pop(entry, None))
+        except BaseException:
+            self._known.pop(entry, None)
+            raise
+
+    @contextlib.contextmanager
+    def expecting(self, key: bytes, batch: Batch | None = None) -> Iterator[Ticket]:
+        """``expect`` for the duration of a ``with`` block."""
+        ticket = self.expect(key, batch)
+        try:
+            yield ticket
         finally:
-            if entry is not None:
-                self._known.pop(entry, None)
+            ticket.release()
 
     def subscribe(self, capacity: int) -> Subscription:
         """A subscription to the accepted events of every step committed from now on
