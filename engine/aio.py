@@ -7,7 +7,7 @@ where each step runs.
 **Writes** (``append``, ``replace_turn``, ``clear``) are the facade's two halves:
 
 * the *submit* (validate, fast path from local state, take the ticket, append to the log) is
-  blocking I/O, so it runs on the engine's bounded submit pool (``HistoryEngine._submitter``,
+  blocking I/O, so it runs on the engine's bounded submit pool (``engine.writes.Writes.submitter``,
   ``SUBMIT_THREADS`` = 32 threads, whatever the number of writes in flight). It holds a thread
   for about one log append: FileLog with ``fsync="always"`` waits for the group-committed
   write+fsync that covers the record (measured on the development VM: about 1 ms alone, a few
@@ -35,7 +35,8 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 from engine.arguments import Empty
-from engine.facade import EngineStats, HistoryEngine, Submitted, Written, _receipt
+from engine.facade import EngineStats, HistoryEngine
+from engine.writes import Submitted, Written, receipt_of
 from projections.reads import Unit
 from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
 from schemas.errors import StateUnavailable
@@ -72,7 +73,7 @@ class AsyncHistoryEngine:
 
     async def _write(self, submit: Callable[[], Submitted]) -> Receipt | None:
         """Run the submit on a worker thread, then await the decision on the loop."""
-        job = asyncio.get_running_loop().run_in_executor(self.engine._submitter(), submit)
+        job = asyncio.get_running_loop().run_in_executor(self.engine._writes.submitter(), submit)
         try:
             submitted = await asyncio.shield(job)
         except asyncio.CancelledError:
@@ -86,21 +87,22 @@ class AsyncHistoryEngine:
             except TimeoutError:
                 decision = None
             except StateUnavailable as e:
-                return self.engine._conclude(submitted, None, e)
-            return self.engine._conclude(submitted, decision)
+                return self.engine._writes.conclude(submitted, None, e)
+            return self.engine._writes.conclude(submitted, decision)
         finally:
             submitted.ticket.release()
 
     # -- writes
     async def append(self, batch: Batch, timeout: float = 30.0, *,
                      expected_last: Receipt | Empty | None = None) -> Receipt:
-        return _receipt(await self._write(lambda: self.engine._submit_append(batch, timeout, expected_last)))
+        return receipt_of(await self._write(lambda: self.engine._writes.submit_append(batch, timeout, expected_last)))
 
     async def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0) -> Receipt:
-        return _receipt(await self._write(lambda: self.engine._submit_replace(batch, old_turn_id, reason, timeout)))
+        writes = self.engine._writes
+        return receipt_of(await self._write(lambda: writes.submit_replace(batch, old_turn_id, reason, timeout)))
 
     async def clear(self, conversation_id: str, timeout: float = 30.0) -> None:
-        await self._write(lambda: self.engine._submit_clear(conversation_id, timeout))
+        await self._write(lambda: self.engine._writes.submit_clear(conversation_id, timeout))
 
     async def wait_applied(self, position: LogPosition, timeout: float = 30.0) -> None:
         await _off_loop(self.engine.wait_applied, position, timeout)

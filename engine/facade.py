@@ -1,7 +1,7 @@
 """``HistoryEngine``: the public facade over a log and the projector (docs/design.md §1, §4).
-Long (≈550 lines) because it is the documented public surface: one method per row of the API
-contract, each with the docstring that states its promise; argument rules, refusals and the
-opening of the log and state live in ``engine.arguments``, ``engine.refusals``, ``engine.state``.
+One method per row of the API contract, each with the docstring that states its promise;
+argument rules, refusals, the write path and the opening of the log and state live in
+``engine.arguments``, ``engine.refusals``, ``engine.writes``, ``engine.state``.
 
 Write path of ``append``: validate (before any I/O) → fast path from local state (admission's
 own pre-check, ``projections.admission.precheck``: a known receipt, a closure or a refusal that
@@ -17,7 +17,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,25 +28,20 @@ from engine.arguments import (
     check_directory,
     check_timeout,
     check_window,
-    expected_of,
 )
 from engine.log.base import Log
 from engine.log.file import FsyncPolicy
-from engine.refusals import answer
 from engine.state import open_file_parts, open_kafka_parts
-from projections.admission import Decision, Rows, conversation_row, precheck
+from engine.writes import Writes, receipt_of
 from projections.custom import Projection, ProjectionView
-from projections.delivery import DEFAULT_BUFFER, Subscription, Ticket
+from projections.delivery import DEFAULT_BUFFER, Subscription
 from projections.reads import Reads, Unit
 from projections.runtime import Projector
 from projections.store import DamagedState, StateStore
 from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
 from schemas.errors import (
-    CommitUnconfirmed,
-    CorruptLog,
     DuplicateProjection,
     EngineClosed,
-    InvalidBatch,
     InvalidConfiguration,
     InvalidProjection,
     InvalidReceipt,
@@ -55,24 +49,16 @@ from schemas.errors import (
     LogUnavailable,
     NotFound,
     ProjectionError,
-    StateUnavailable,
 )
-from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event
 from schemas.ids import ConversationID, MessageID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
-from schemas.records import record_key
-from schemas.times import now_ms
 
 __all__ = ["EMPTY", "EngineStats", "HistoryEngine", "Progress"]
 
 _Empty = Empty  # the name older code imported
 
 log = logging.getLogger("histlog.engine")
-
-SUBMIT_THREADS = 32
-"""At most this many threads run the submits of an event loop's writes (``engine.aio``): each
-for about one log append; none waits for a decision."""
 
 Progress = Callable[[int, int], None]
 """Called with ``(applied, total)`` records while the state catches up with the log."""
@@ -99,37 +85,6 @@ class EngineStats:
     not_replaceable: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Written:
-    """A record this engine produced, and the ticket that will answer its decision: what a
-    write's submit hands to the face that waits (a thread, or an event loop)."""
-
-    ticket: Ticket
-    position: LogPosition
-    deadline: float  # time.monotonic() by which the decision must be known
-    timeout: float
-    batch: Batch | None  # None: a clear
-    what: str  # the write, for the errors: "append 'a1' to 'c1'"
-    then: str  # what the caller should do when the outcome is unknown
-
-    def remaining(self) -> float:
-        return max(self.deadline - time.monotonic(), 0.0)
-
-
-Submitted = Receipt | Written | None
-"""A submit's result: the receipt known without a write (the fast path), a ``Written`` to wait
-on, or None (a clear of a conversation already closed)."""
-
-
-def _receipt(outcome: Receipt | None) -> Receipt:
-    assert outcome is not None  # Invariant: a batch's write concludes with its receipt or raises.
-    return outcome
-
-
-def _now_ms() -> int:
-    return now_ms()  # InvalidConfiguration, before any I/O, when the host clock is before 1970 or after 9999
-
-
 class HistoryEngine:
     """One history store: a log (file or Kafka) and this instance's RocksDB projections.
 
@@ -144,10 +99,10 @@ class HistoryEngine:
         self._projections: dict[str, Projection] = {}
         self._closed = False
         self._close_lock = threading.Lock()
-        self._submitters: ThreadPoolExecutor | None = None
         try:
             self._projector = Projector(store, log_.partitions)
             self._reads = Reads(store)
+            self._writes = Writes(log_, store, self._projector, self._reads, self._check_open, lambda: self._closed)
             self._projector.start(log_.cursor)
             self.catch_up(progress=progress)
         except BaseException:
@@ -244,7 +199,7 @@ class HistoryEngine:
         has already applied it, ``CommitUnconfirmed`` is raised (resend the same Batch to learn
         the outcome). The same rule holds for every timeout of this class.
         """
-        return _receipt(self._settle(self._submit_append(batch, timeout, expected_last)))
+        return receipt_of(self._writes.settle(self._writes.submit_append(batch, timeout, expected_last)))
 
     def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0) -> Receipt:
         """Edit (``"edit"``) or regenerate (``"retry"``) the latest visible turn, as one event.
@@ -256,128 +211,14 @@ class HistoryEngine:
         two racing replacements one wins everywhere). Idempotent by append id, like ``append``
         (and the same ``timeout`` rule).
         """
-        return _receipt(self._settle(self._submit_replace(batch, old_turn_id, reason, timeout)))
+        return receipt_of(self._writes.settle(self._writes.submit_replace(batch, old_turn_id, reason, timeout)))
 
     def clear(self, conversation_id: str, timeout: float = 30.0) -> None:
         """Close the conversation forever (also one never written). Idempotent.
 
         ``timeout``: as ``append`` (checked before any I/O; ``0`` writes and does not wait).
         """
-        self._settle(self._submit_clear(conversation_id, timeout))
-
-    # A write is a short synchronous submit (validate, fast path, ticket, produce to the log)
-    # and then the wait for the projector's decision. The thread face waits on the ticket
-    # (``_settle``); the asyncio face (``engine.aio``) awaits ``Ticket.watch``; both conclude
-    # with ``_conclude``, so each rule has one home.
-    def _submit_append(self, batch: Batch, timeout: float, expected_last: Receipt | Empty | None) -> Submitted:
-        check_timeout(timeout)
-        if not isinstance(batch, Batch):
-            raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
-        expected = expected_of(batch, expected_last)
-        self._check_open()
-        return self._submit_batch(batch, BatchAppended.of(batch, _now_ms(), expected), timeout)
-
-    def _submit_replace(self, batch: Batch, old_turn_id: str, reason: str, timeout: float) -> Submitted:
-        check_timeout(timeout)
-        if not isinstance(batch, Batch):
-            raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
-        if reason not in REPLACE_REASONS:
-            raise InvalidBatch(f"invalid replace_turn reason {reason!r}: expected 'edit' or 'retry'")
-        if not isinstance(old_turn_id, str) or not old_turn_id:
-            raise InvalidBatch(f"invalid old_turn_id {old_turn_id!r}: expected a turn id (HistoryTurn.id)")
-        if batch.messages[0].role != "user":
-            raise InvalidBatch("invalid replacement turn: it must start with its user message "
-                               f"(messages[0] is {batch.messages[0].role.value})")
-        self._check_open()
-        return self._submit_batch(batch, TurnReplaced.of(batch, _now_ms(), old_turn_id, reason), timeout)
-
-    def _submit_batch(self, batch: Batch, event: BatchAppended | TurnReplaced, timeout: float) -> Submitted:
-        c, a = batch.conversation_id, batch.append_id
-        # Point reads of facts that only move forward need no snapshot; the latest turn is two dependent reads.
-        rows: Rows = self._store.iterator() if isinstance(event, TurnReplaced) else self._store
-        known = precheck(rows, conversation_row(rows, c), event, batch, in_log_order=False)
-        if known is not None:
-            return self._answer(batch, known, None)
-        return self._produce(record_key(c, a), encode_event(event), timeout, batch,
-                             f"append {str(a)!r} to {str(c)!r}",
-                             "resend the same Batch (it is safe: a retry returns the original receipt)")
-
-    def _submit_clear(self, conversation_id: str, timeout: float) -> Submitted:
-        check_timeout(timeout)
-        c = ConversationID(conversation_id)
-        self._check_open()
-        row = self._reads.conversation(c)
-        if row is not None and row.closed:
-            return None
-        event = ConversationCleared(c, _now_ms())
-        return self._produce(record_key(c), encode_event(event), timeout, None, f"clear of {str(c)!r}",
-                             "call clear again")
-
-    def _produce(self, key: bytes, value: bytes, timeout: float, batch: Batch | None, what: str,
-                 then: str) -> Written:
-        """Take the ticket, then append the record: the ticket is released here if the append
-        raises, else by whoever waits on the returned ``Written``."""
-        deadline = time.monotonic() + timeout
-        ticket = self._projector.expect(key, batch)
-        try:
-            position = self._log.append(key, value, timeout=timeout)
-        except BaseException:
-            ticket.release()
-            raise
-        return Written(ticket, position, deadline, timeout, batch, what, then)
-
-    def _submitter(self) -> Executor:
-        """The bounded pool that runs an event loop's submits (``engine.aio``), made on first use
-        and shut down by ``close``. Its size is the width of a group commit: concurrent log
-        appends share one write+fsync, so with fewer threads than writers in flight each fsync
-        covers fewer records (measured: 4 threads made 4-record groups and half the appends/s of
-        64 writer threads)."""
-        with self._close_lock:
-            if self._submitters is None:
-                self._submitters = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="histlog-submit")
-            return self._submitters
-
-    def _settle(self, submitted: Submitted) -> Receipt | None:
-        """The thread face's wait: block on the ticket until the decision or the deadline."""
-        if not isinstance(submitted, Written):
-            return submitted
-        try:
-            try:
-                decision = submitted.ticket.wait(submitted.position, submitted.remaining())
-            except StateUnavailable as e:
-                return self._conclude(submitted, None, e)
-            return self._conclude(submitted, decision)
-        finally:
-            submitted.ticket.release()
-
-    def _conclude(self, written: Written, decision: Decision | None,
-                  failure: StateUnavailable | None = None) -> Receipt | None:
-        """The outcome of our own record at ``written.position``: its receipt or refusal (None
-        for a clear). Once it is written, an outcome not known in time (a timeout, a stopped,
-        failed or closed projector) is ``CommitUnconfirmed``, never a plain failure."""
-        what, then, position = written.what, written.then, written.position
-        if failure is not None:
-            raise CommitUnconfirmed(
-                f"{what} was written at {position}, but the state store failed before deciding it ({failure}); "
-                f"{then} once the engine is reopened") from self._projector.failure or failure
-        if decision is None:
-            if self._closed:
-                raise CommitUnconfirmed(f"{what} was written at {position}, but this engine was closed before "
-                                        f"deciding it; {then} once the engine is reopened")
-            raise CommitUnconfirmed(f"{what} was written at {position} but not decided within {written.timeout}s; "
-                                    f"{then}")
-        if written.batch is None:
-            return None
-        return self._answer(written.batch, decision, position)
-
-    def _answer(self, batch: Batch, decision: Decision, position: LogPosition | None) -> Receipt:
-        receipt = answer(batch, decision)  # raises the refusals
-        if receipt is not None:
-            return receipt
-        raise CorruptLog(
-            f"the event written at {position} was not accepted ({decision.reason}); "
-            "run `histlog stats` and `histlog log verify`, then resend the same Batch",
-            reason=decision.reason, position=position)
+        self._writes.settle(self._writes.submit_clear(conversation_id, timeout))
 
     # -- reads ---------------------------------------------------------------------------------
     def read(self, conversation_id: str, at_least: Receipt | None = None, timeout: float = 30.0) -> list[Message]:
@@ -625,12 +466,10 @@ class HistoryEngine:
             if self._closed:
                 return
             self._closed = True
-            submitters, self._submitters = self._submitters, None
         try:
             self._release()
         finally:
-            if submitters is not None:
-                submitters.shutdown(wait=False)  # queued submits still run: they raise EngineClosed
+            self._writes.close()
 
     def _release(self) -> None:
         projector = getattr(self, "_projector", None)

@@ -24,8 +24,8 @@ import pytest
 
 from engine import HistoryEngine
 from engine.aio import AsyncHistoryEngine
-from engine.facade import SUBMIT_THREADS
 from engine.log.base import record_key
+from engine.writes import SUBMIT_THREADS
 from projections.custom import Projection, ProjectionTx
 from projections.events import ProjectedEvent
 from projections.store import Tx
