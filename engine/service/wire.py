@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.facade import EngineStats
 from schemas.batch import HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
-from schemas.canonical import loads_exact
+from schemas.canonical import _Num, loads_exact
 from schemas.errors import HistoryError, InvalidBatch, InvalidRequest
 from schemas.ids import AppendID
 from schemas.invalid import invalid
@@ -78,7 +78,7 @@ MAX_INT = 2**63 - 1
 
 # ----- models (request and response bodies; the OpenAPI document is generated from these)
 class Position(BaseModel):
-    model_config = _STRICT
+    model_config = ConfigDict(extra="forbid", strict=True)
     partition: Annotated[int, Field(ge=0, le=MAX_INT)]
     offset: Annotated[int, Field(ge=0, le=MAX_INT)]
 
@@ -243,12 +243,24 @@ def append_body_of(body: bytes) -> AppendBody:
     if not isinstance(tree, dict):
         raise InvalidRequest(f'request body: expected a JSON object {{"messages": [...]}}, got {_kind(tree)}')
     try:
-        parsed = AppendBody.model_validate(tree)
+        parsed = AppendBody.model_validate({k: v if k == "messages" else _plain(v) for k, v in tree.items()})
     except ValidationError as exc:
         raise _fail(exc, "request", "messages") from None
     if parsed.expected_last is not None and parsed.replaces is not None:
         raise InvalidRequest("request body: give expected_last or replaces, not both")
     return parsed
+
+
+def _plain(tree: Any) -> Any:
+    """``tree`` with its exact numbers as Python numbers (the envelope around the messages, whose
+    number spellings do not matter)."""
+    if isinstance(tree, dict):
+        return {k: _plain(v) for k, v in tree.items()}
+    if isinstance(tree, list):
+        return [_plain(v) for v in tree]
+    if isinstance(tree, _Num):
+        return orjson.loads(tree.text)
+    return tree
 
 
 def _kind(tree: Any) -> str:

@@ -7,19 +7,21 @@ wait for its thread). The engine is the caller's: the server never closes it.
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import orjson
 import uvicorn
 from starlette.types import ASGIApp
 
 from engine.facade import HistoryEngine
 from engine.service.app import build_app
 
-__all__ = ["STARTUP_TIMEOUT", "running", "serving"]
+__all__ = ["STARTUP_TIMEOUT", "call", "running", "serving"]
 
 STARTUP_TIMEOUT = 10.0
 STOP_TIMEOUT = 10.0
@@ -51,3 +53,20 @@ def serving(engine: HistoryEngine, **options: Any) -> Iterator[str]:
     """``build_app(engine, **options)`` served by ``running``; yields its base URL."""
     with running(build_app(engine, **options)) as url:
         yield url
+
+
+def call(url: str, method: str, path: str, body: bytes | str | dict[str, Any] | None = None, *,
+         headers: dict[str, str] | None = None, timeout: float = 10.0) -> tuple[int, dict[str, str], Any]:
+    """One raw HTTP/1.1 request (``http.client``, a fresh connection): ``(status, headers with
+    lower-case names, parsed JSON body or None when empty)``. A dict body is sent as JSON."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    data = orjson.dumps(body) if isinstance(body, dict) else body.encode() if isinstance(body, str) else body
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request(method, path, body=data, headers=headers or {})
+        response = conn.getresponse()
+        raw = response.read()
+        head = {k.lower(): v for k, v in response.getheaders()}
+    finally:
+        conn.close()
+    return response.status, head, orjson.loads(raw) if raw else None
