@@ -42,14 +42,16 @@ class BearerAuth:
         if not token:
             raise ValueError("an empty token protects nothing: give a token or none")
         self.app = app
-        self._expected = b"Bearer " + token.encode("utf-8")
+        self._expected = token.encode("utf-8")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC:
             await self.app(scope, receive, send)
             return
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")
-        if hmac.compare_digest(given, self._expected):
+        scheme, _, credential = given.partition(b" ")
+        # the scheme is case-insensitive (RFC 9110); the token is compared in constant time
+        if scheme.lower() == b"bearer" and hmac.compare_digest(credential, self._expected):
             await self.app(scope, receive, send)
             return
         what = "no Authorization header" if not given else "a wrong token"
