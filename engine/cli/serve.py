@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from socket import socket
 from typing import TextIO
@@ -27,6 +27,7 @@ from engine.cli.exits import OK, UsageError
 from engine.cli.target import Target
 from engine.service.app import build_app
 from engine.service.auth import DEFAULT_MAX_BODY
+from engine.service.health import observability
 
 __all__ = ["DEFAULT_LISTEN", "DRAIN_TIMEOUT", "cmd_serve", "listen_address", "token_of"]
 
@@ -76,9 +77,10 @@ class _Server(uvicorn.Server):
     drain (uvicorn's own handler re-raises the signal after shutdown, which would kill the
     process before the engine is closed)."""
 
-    def __init__(self, config: uvicorn.Config, out: TextIO) -> None:
+    def __init__(self, config: uvicorn.Config, out: TextIO, on_shutdown: Callable[[], None]) -> None:
         super().__init__(config)
         self._out = out
+        self._on_shutdown = on_shutdown
 
     async def startup(self, sockets: list[socket] | None = None) -> None:
         await super().startup(sockets)
@@ -86,6 +88,10 @@ class _Server(uvicorn.Server):
             host, port = self.servers[0].sockets[0].getsockname()[:2]
             shown = f"[{host}]" if ":" in host else host
             print(f"listening=http://{shown}:{port}", file=self._out, flush=True)
+
+    async def shutdown(self, sockets: list[socket] | None = None) -> None:
+        self._on_shutdown()  # end the event streams first: uvicorn waits for open connections
+        await super().shutdown(sockets)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -109,12 +115,18 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     if ns.max_body <= 0:
         raise UsageError(f"invalid --max-body {ns.max_body}: expected a positive number of bytes")
     with target.open() as engine:
-        app = build_app(engine, token=token, max_body=ns.max_body)
+        extras = observability(engine)  # events, /metrics, /healthz, /readyz
+        app = build_app(engine, token=token, max_body=ns.max_body, extra_ops=extras.ops,
+                        extra_routes=[*extras.readiness.routes, *extras.metrics.routes],
+                        middleware=[extras.middleware])
         config = uvicorn.Config(app, host=host, port=port, lifespan="off", log_config=None, access_log=False,
                                 timeout_graceful_shutdown=DRAIN_TIMEOUT, server_header=False)
         print(f"histlog: serving {target.describe()}{' (token required)' if token else ''}", file=sys.stderr,
               flush=True)
-        _Server(config, out).run()
+        try:
+            _Server(config, out, extras.close).run()
+        finally:
+            extras.close()
     print("histlog: stopped", file=sys.stderr, flush=True)
     return OK
 

@@ -3,6 +3,7 @@ and SIGTERM draining a request in flight before closing the engine and exiting 0
 
 from __future__ import annotations
 
+import http.client
 import os
 import select
 import signal
@@ -122,6 +123,12 @@ def test_a_token_file_protects_v1(tmp_path: Path) -> None:
         url = listening(proc)
         assert call(url, "GET", "/v1/stats")[0] == 401
         assert call(url, "GET", "/v1/stats", headers={"Authorization": "Bearer t0ken"})[0] == 200
+        assert call(url, "GET", "/healthz")[0] == call(url, "GET", "/readyz")[0] == 200  # probes need no token
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=TIMEOUT)  # /metrics is text, not JSON
+        conn.request("GET", "/metrics")
+        assert conn.getresponse().status == 401
+        conn.close()
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=TIMEOUT)
