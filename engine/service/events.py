@@ -25,6 +25,10 @@ the app, and a short timeout turns into a busy poll per stream; (b) one ``EventH
 batch to the loop with ``call_soon_threadsafe``; the loop fans the batch out to the streams of
 each conversation (a dict lookup per event). (b) costs one thread whatever the number of
 streams, and a stream costs only a deque and an ``asyncio.Event``; it is what this module does.
+Measured in-process (FileLog, 2 cores; a read is ``to_thread(engine.entries)``): with 100 idle
+streams, a read's p50 is 8,007 ms under (a) (the executor's threads all wait in ``get``) and
+0.18 ms under (b) (0.08 ms with no stream); under (b) an append's event reaches the loop 0.39 ms
+(p50) after the append started, the append included.
 The hub subscribes when its first stream opens and closes its subscription when the last one
 leaves (the projector builds no events for nobody). Since a stream registers on the loop and the
 pump's batches run on the loop after it, every event applied after registration reaches it.
@@ -160,6 +164,8 @@ class EventHub:
         self._subscription: Any = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self.dropped = 0
+        """Streams dropped because they fell more than ``stream_buffer`` events behind."""
 
     @property
     def streams(self) -> int:
@@ -253,6 +259,7 @@ class EventHub:
                 continue
             for follower in list(group):
                 if follower.generation == generation and not follower._offer(event):
+                    self.dropped += 1
                     self.unregister(follower)
 
     def _fail_all(self, generation: int | None, error: HistoryError) -> None:
@@ -343,24 +350,25 @@ async def _catch_up(engine: AsyncHistoryEngine, c: str, after: HistoryPosition,
 
 
 class EventStream(Response):
-    """The ASGI response of one events request: registers the follower, *then* sends the headers
-    (so a client that has the headers misses nothing applied afterwards), streams the frames, and
+    """The ASGI response of one events request, for a ``follower`` registered before it was made
+    (so a client that has the headers misses nothing applied afterwards): streams the frames and
     unregisters on the end, a disconnect (watched on ``receive``) or a send stalled past
     ``stall_timeout`` (the peer stopped reading: the connection is dropped, not waited on)."""
 
-    def __init__(self, hub: EventHub, engine: AsyncHistoryEngine, conversation_id: str,
+    def __init__(self, hub: EventHub, engine: AsyncHistoryEngine, follower: Follower,
                  after: HistoryPosition | None, *, heartbeat: float = HEARTBEAT_S,
                  stall_timeout: float = STALL_TIMEOUT_S) -> None:
         super().__init__(status_code=200, media_type="text/event-stream")
         self.hub = hub
         self.engine = engine
-        self.conversation_id = conversation_id
+        self.follower = follower
+        self.conversation_id = follower.conversation_id
         self.after = after
         self.heartbeat = heartbeat
         self.stall_timeout = stall_timeout
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        follower = self.hub.register(self.conversation_id)
+        follower = self.follower
         frames = event_frames(self.hub, self.engine, follower, self.after, heartbeat=self.heartbeat)
         try:
             await send({"type": "http.response.start", "status": 200, "headers": [
@@ -404,7 +412,9 @@ def event_op(hub: EventHub, *, heartbeat: float = HEARTBEAT_S, stall_timeout: fl
         resume = request.headers.get("last-event-id")
         if resume is not None:  # a reconnecting EventSource: newer than the URL's after
             after = history_position_of(resume, "header Last-Event-ID")
-        return EventStream(hub, ctx.router.serving(c), c, after, heartbeat=heartbeat, stall_timeout=stall_timeout)
+        engine = ctx.router.serving(c)
+        follower = hub.register(c)  # before any read and before the headers: see the module
+        return EventStream(hub, engine, follower, after, heartbeat=heartbeat, stall_timeout=stall_timeout)
 
     return Op("GET", "/v1/conversations/{c}/events", "events",
               "Server-sent events of what is accepted for the conversation: message (id TURN:SEQ), replaced, "

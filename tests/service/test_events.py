@@ -250,6 +250,7 @@ def test_a_stalled_reader_never_stalls_appends_and_is_dropped(small: Events) -> 
         elapsed = time.monotonic() - started
         assert elapsed < 60, elapsed
         wait_until(lambda: small.hub.streams == 0, "the stalled stream to be dropped")
+        assert small.hub.dropped == 1  # dropped for falling behind, while its send was stuck
         wait_until(lambda: not small.hub.subscribed, "the hub to drop its subscription")
     finally:
         stalled.close()
