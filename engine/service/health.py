@@ -22,7 +22,7 @@ from starlette.routing import BaseRoute, Route
 
 from engine.facade import HistoryEngine
 from engine.service.events import HEARTBEAT_S, STALL_TIMEOUT_S, STREAM_BUFFER, EventHub, event_op
-from engine.service.metrics import ServiceMetrics
+from engine.service.metrics import ServiceMetrics, StreamsCollector
 from engine.service.routes import Op
 from schemas.errors import NotReady
 
@@ -92,5 +92,7 @@ def observability(engine: HistoryEngine, *, heartbeat: float = HEARTBEAT_S, stal
                   stream_buffer: int = STREAM_BUFFER, targets: Sequence[int] | None = None) -> Observability:
     """Events, metrics and health for one app over ``engine``."""
     hub = EventHub(engine, stream_buffer=stream_buffer)
-    return Observability(hub, ServiceMetrics(engine), Readiness(engine, targets=targets),
+    metrics = ServiceMetrics(engine)
+    metrics.registry.register(StreamsCollector(hub))
+    return Observability(hub, metrics, Readiness(engine, targets=targets),
                          (event_op(hub, heartbeat=heartbeat, stall_timeout=stall_timeout),))

@@ -21,6 +21,8 @@ Two sources:
   e.g. a retry of a known batch, is not a decision), ``histlog_applied_records{partition}`` and
   ``histlog_log_end_offset{partition}``, ``histlog_projector_lag_records{partition}``,
   ``histlog_projector_lag_seconds{partition}`` and ``histlog_poison_records_total``.
+- **Event streams** (``StreamsCollector``, over the app's ``EventHub``): ``histlog_event_streams``
+  open now and ``histlog_event_streams_dropped_total`` (fell behind their buffer).
 
 **Lag in seconds** is derived from the scrapes themselves: each scrape notes when it first saw
 each partition's end offset; the lag is the age of the oldest noted end offset the projector has
@@ -36,6 +38,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -48,7 +51,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine.facade import HistoryEngine
 
-__all__ = ["EngineCollector", "RequestMetrics", "ServiceMetrics"]
+__all__ = ["EngineCollector", "RequestMetrics", "ServiceMetrics", "StreamsCollector"]
 
 UNMATCHED = "unmatched"
 APPEND_ROUTE = ("PUT", "/v1/conversations/{c}/appends/{a}")
@@ -103,6 +106,27 @@ class EngineCollector(Collector):
             if end > applied and (not seen or seen[-1][0] < end):
                 seen.append((end, now))
             return now - seen[0][1] if seen and end > applied else 0.0
+
+
+class Streams(Protocol):
+    @property
+    def streams(self) -> int: ...
+    @property
+    def dropped(self) -> int: ...
+
+
+class StreamsCollector(Collector):
+    """The open event streams and those dropped for falling behind (``EventHub``'s counts)."""
+
+    def __init__(self, hub: Streams) -> None:
+        self.hub = hub
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("histlog_event_streams", "Event streams open now", value=self.hub.streams)
+        dropped = CounterMetricFamily("histlog_event_streams_dropped",
+                                      "Event streams dropped for falling behind their buffer")
+        dropped.add_metric([], self.hub.dropped)
+        yield dropped
 
 
 def route_of(scope: Scope) -> str:

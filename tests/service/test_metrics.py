@@ -60,7 +60,8 @@ def test_a_scrape_after_traffic_has_every_series_and_no_conversation_id(url: str
     names = {name for name, _, _ in samples}
     for wanted in ("histlog_http_request_duration_seconds_bucket", "histlog_http_requests_total",
                    "histlog_http_requests_in_flight", "histlog_projector_lag_records", "histlog_projector_lag_seconds",
-                   "histlog_applied_records", "histlog_log_end_offset", "histlog_poison_records_total"):
+                   "histlog_applied_records", "histlog_log_end_offset", "histlog_poison_records_total",
+                   "histlog_event_streams", "histlog_event_streams_dropped_total"):
         assert wanted in names, wanted
     routes = {labels["route"] for name, labels, _ in samples if name == "histlog_http_requests_total"}
     assert APPEND_ROUTE in routes and "/v1/conversations/{c}/messages" in routes and "unmatched" in routes
@@ -100,3 +101,14 @@ def test_lag_seconds_is_the_age_of_the_oldest_end_offset_not_applied(engine: His
     assert collector._lag_seconds(0, 12, 5, now=103.0) == 3.0  # offset 10 seen 3 s ago, not applied yet
     assert collector._lag_seconds(0, 12, 10, now=104.0) == 1.0  # 10 applied; 12 was first seen at 103
     assert collector._lag_seconds(0, 12, 12, now=105.0) == 0.0  # caught up
+
+
+def test_an_open_event_stream_counts_in_flight_and_as_a_stream(url: str) -> None:
+    auth = {"Authorization": "Bearer tok"}
+    with httpx.Client(base_url=url, headers=auth, timeout=10) as c, \
+            c.stream("GET", f"/v1/conversations/{SECRET}/events") as events:
+        assert events.status_code == 200
+        samples = _samples(c.get("/metrics").text)
+    values = {name: value for name, labels, value in samples if not labels}
+    assert values["histlog_event_streams"] == 1
+    assert values["histlog_http_requests_in_flight"] == 2  # the stream and this scrape
