@@ -239,6 +239,7 @@ async def wait_ready(http: httpx.AsyncClient, timeout: float = START_S) -> None:
         r = await http.get("/readyz")
         if r.status_code == 200:
             return
+        assert r.status_code == 503, f"/readyz answered {r.status_code}: {r.text[:300]}"
         assert time.monotonic() < deadline, f"/readyz still {r.status_code} after {timeout} s"
         await asyncio.sleep(0.05)
 

@@ -20,9 +20,11 @@ from pathlib import Path
 
 import httpx
 
+from engine import AsyncHistoryClient
 from schemas import Receipt
 from tests.service.load_support import (
     START_S,
+    Attempt,
     Ledger,
     ServerProcess,
     append,
@@ -88,14 +90,17 @@ async def _after_restart(url: str, ledger: Ledger, acknowledged: dict[str, Recei
         await wait_ready(http)
         ledger.check_receipts()
         ledger.check_history(await ledger.read_all(http))
-        attempts = list(ledger.attempts.values())
+        sent_by: dict[int, list[Attempt]] = {}
+        for a in ledger.attempts.values():  # append ids are "a-CLIENT-I" (batch_of)
+            sent_by.setdefault(int(str(a.batch.append_id).split("-")[1]), []).append(a)
 
         async def resend(k: int) -> None:  # each client resends what it sent, in its order
-            for a in attempts[k::CLIENTS]:
-                receipt = await append(http, a.batch)
-                if a.receipt is not None:
-                    assert receipt == a.receipt, f"resent {a.batch.append_id}: {receipt} != {a.receipt}"
-                a.receipt = receipt
+            async with AsyncHistoryClient(url) as bot:
+                for a in sent_by.get(k, []):
+                    receipt = await bot.append(a.batch)
+                    if a.receipt is not None:
+                        assert receipt == a.receipt, f"resent {a.batch.append_id}: {receipt} != {a.receipt}"
+                    a.receipt = receipt
 
         await run_clients(CLIENTS, resend)
         ledger.check_receipts()
