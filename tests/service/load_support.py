@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -254,6 +254,3 @@ def refuses_connections(url: str) -> bool:
         return True
     return False
 
-
-def batches(clients: int, per_client: int) -> Iterable[Batch]:
-    return (batch_of(k, i) for k in range(clients) for i in range(per_client))
