@@ -56,7 +56,7 @@ from engine.service.routing import Param, segment
 from engine.service.wire import history_position_of
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from schemas.batch import StoredMessage
-from schemas.errors import HistoryError, SubscriptionLost
+from schemas.errors import HistoryError, NotReady, SubscriptionLost
 from schemas.ids import ConversationID, MessageID
 from schemas.positions import HistoryPosition
 
@@ -181,7 +181,7 @@ class EventHub:
     def register(self, conversation_id: str) -> Follower:
         """A follower of ``conversation_id``: it gets every event applied after this returns."""
         if self._closed:
-            raise SubscriptionLost("the service is shutting down; reconnect to another instance or later")
+            raise NotReady("the service is shutting down; reconnect to another instance or later")
         loop = asyncio.get_running_loop()
         with self._lock:
             if self._subscription is None:
@@ -279,38 +279,42 @@ async def event_frames(hub: EventHub, engine: AsyncHistoryEngine, follower: Foll
     """The SSE frames of one stream, whose ``follower`` the caller registered before reading
     anything (and unregisters when done). Catch-up from ``after``, then live events deduplicated
     by position; ends after ``closed`` or ``error``."""
-    c = follower.conversation_id
-    last = after
     try:
-        if after is not None:
-            rows = await engine.entries(c, after=after)
-            for chunk in await _catch_up(engine, c, after, rows):
-                yield chunk
-            if rows:
-                last = rows[-1].position
-        while True:
-            try:
-                event = await follower.next(heartbeat)
-            except HistoryError as error:
-                yield frame("error", orjson.dumps(problems.problem_of(error)))
-                return
-            if event is None:
-                yield KEEPALIVE
-                continue
-            if isinstance(event, ClearEvent):
-                yield frame("closed", orjson.dumps({"conversation_id": c}))
-                return
-            fresh = [m for m in _stored_of(event) if last is None or m.position > last]
-            if not fresh:
-                continue  # the catch-up read covered it
-            if isinstance(event, TurnReplacedEvent) and len(fresh) == len(event.messages):
-                hidden = await _hidden_ids(engine, c, event)
-                yield _replaced_frame(hidden, event.append_id, event.reason)
-            for stored in fresh:
-                yield _message_frame(stored)
-            last = fresh[-1].position
+        async for chunk in _frames(engine, follower, after, heartbeat):
+            yield chunk
+    except HistoryError as error:  # lost, the engine stopped, a read failed: say so, then end
+        yield frame("error", orjson.dumps(problems.problem_of(error)))
     finally:
         hub.unregister(follower)
+
+
+async def _frames(engine: AsyncHistoryEngine, follower: Follower, after: HistoryPosition | None,
+                  heartbeat: float) -> AsyncGenerator[bytes]:
+    c = follower.conversation_id
+    last = after
+    if after is not None:
+        rows = await engine.entries(c, after=after)
+        for chunk in await _catch_up(engine, c, after, rows):
+            yield chunk
+        if rows:
+            last = rows[-1].position
+    while True:
+        event = await follower.next(heartbeat)
+        if event is None:
+            yield KEEPALIVE
+            continue
+        if isinstance(event, ClearEvent):
+            yield frame("closed", orjson.dumps({"conversation_id": c}))
+            return
+        fresh = [m for m in _stored_of(event) if last is None or m.position > last]
+        if not fresh:
+            continue  # the catch-up read covered it
+        if isinstance(event, TurnReplacedEvent) and len(fresh) == len(event.messages):
+            hidden = await _hidden_ids(engine, c, event)
+            yield _replaced_frame(hidden, event.append_id, event.reason)
+        for stored in fresh:
+            yield _message_frame(stored)
+        last = fresh[-1].position
 
 
 def _replaced_frame(hidden: Iterable[str], append_id: str, reason: str | None) -> bytes:

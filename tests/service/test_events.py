@@ -276,3 +276,15 @@ def asyncio_loop_of(events: Events) -> asyncio.AbstractEventLoop:
     loop = events.hub._loop
     assert loop is not None
     return loop
+
+
+def test_closing_the_hub_ends_open_streams_with_an_error_event(events: Events, client: httpx.Client) -> None:
+    """What a server does on SIGTERM before it drains: uvicorn waits for open responses."""
+    with stream(client, events.url, "c") as response:
+        events.hub.close()
+        got = list(events_of(response))
+    assert [f.event for f in got] == ["error"]
+    assert got[0].json()["title"] == "SubscriptionLost"  # type: ignore[index]
+    wait_until(lambda: events.hub.streams == 0 and not events.hub.subscribed, "the hub to release everything")
+    r = client.get(f"{events.url}/v1/conversations/c/events")
+    assert r.status_code == 503 and r.json()["title"] == "NotReady" and r.headers["retry-after"] == "1"
