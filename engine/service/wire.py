@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.facade import EngineStats
 from schemas.batch import HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
-from schemas.canonical import _Num, loads_exact
+from schemas.canonical import _Num, dumps, loads_exact
 from schemas.errors import HistoryError, InvalidBatch, InvalidRequest
 from schemas.ids import AppendID
 from schemas.invalid import invalid
@@ -40,7 +40,6 @@ __all__ = [
     "ConversationsPage",
     "LatestTurnOut",
     "MeasureOut",
-    "MessagesOut",
     "Problem",
     "ReceiptModel",
     "Replaces",
@@ -147,8 +146,6 @@ class StoredMessagesOut(BaseModel):
     model_config = _STRICT
     messages: list[StoredMessageModel]
 
-
-MessagesOut = StoredMessagesOut
 
 
 class WindowOut(BaseModel):
@@ -270,6 +267,8 @@ def _kind(tree: Any) -> str:
 def history_position_of(text: str, field: str) -> HistoryPosition:
     """``TURN:SEQ`` as a HistoryPosition; ``InvalidRequest`` naming ``field`` otherwise."""
     try:
+        if not text.isascii():  # int() would read other scripts' digits
+            raise ValueError(text)
         position = HistoryPosition.parse(text)
     except ValueError:
         raise InvalidRequest(f"{field}: expected TURN:SEQ (two integers >= 0, e.g. 3:7), got {text!r}") from None
@@ -342,7 +341,6 @@ def source_of(tree: Any) -> TurnSource:
         model = TurnSourceModel.model_validate(tree)
     except ValidationError as exc:
         raise InvalidRequest(str(invalid(exc, "turn source"))) from None
-    from schemas.canonical import dumps
     return TurnSource(model.id, model.role, dumps(tree["content"]),
                       datetime.fromisoformat(model.created_at.replace("Z", "+00:00")), model.interrupted)
 

@@ -81,6 +81,10 @@ def test_invalid_ids_in_the_path_are_a_400(served: Served, path: str, title: str
     ("at_least=0:99999999999999999999", ("query parameter at_least", "out of range")),
     ("colour=red", ("'colour'", "unknown")),
     ("limit=1&limit=2", ("given twice",)),
+    ("after=%FF", ("not UTF-8",)),
+    ("after=1%3A2%3A3", ("query parameter after",)),
+    ("at_least=%D9%A3:0", ("query parameter at_least",)),
+    ("after=%D9%A3:1", ("query parameter after",)),
 ])
 def test_bad_query_parameters_are_a_400_naming_them(served: Served, query: str, words: tuple[str, ...]) -> None:
     problem(call(served.url, "GET", "/v1/conversations/c/messages?" + query), 400, "InvalidRequest", *words)
