@@ -9,7 +9,8 @@ backend first, and setting ``partitions`` when it wants another count::
 * engines (``FacadeContract``, ``ProjectionContract``, ``ReadsContract``, ``TurnsContract``: the
   ``backend`` fixture): ``Embedded`` (FileLog + RocksDB under ``tmp_path``) and ``OnKafka`` (a real
   broker, from tests/kafka_broker.py; the module marks itself ``kafka``);
-* logs (``LogContract``: the ``make_log`` fixture): ``MemoryLogs``, ``FileLogs``, ``KafkaLogs``.
+* logs (``LogContract``: the ``make_log`` fixture): ``MemoryLogs``, ``FileLogs``, ``KafkaLogs``;
+* over the wire: ``OverHTTP`` (a ``HistoryClient`` on a real server over the embedded default).
 
 Every log a ``make_log`` made is closed after the test (and a Kafka log's topic deleted).
 """
@@ -31,8 +32,8 @@ from engine.log.file import FileLog
 from engine.log.memory import MemoryLog
 from tests.conformance.log_contract import MakeLog
 
-__all__ = ["Embedded", "FileBackend", "FileLogs", "KafkaBackend", "KafkaLogs", "MemoryLogs", "OnKafka",
-           "delete_topics", "kafka_logs_made", "logs_made_by"]
+__all__ = ["Embedded", "FileBackend", "FileLogs", "HTTPBackend", "KafkaBackend", "KafkaLogs", "MemoryLogs", "OnKafka",
+           "OverHTTP", "ServedClient", "delete_topics", "kafka_logs_made", "logs_made_by"]
 
 
 # -- engines ------------------------------------------------------------------------------------
@@ -166,3 +167,61 @@ class KafkaLogs:
     def make_log(self, kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[MakeLog]:
         with kafka_logs_made(kafka_bootstrap, request.node.name) as make_log:
             yield make_log
+
+
+# -- over the wire ------------------------------------------------------------------------------
+class ServedClient:
+    """What ``HTTPBackend.open`` returns: a ``HistoryClient`` on a real server (uvicorn on
+    127.0.0.1, a free port) over an embedded engine; ``close()`` closes the client, stops the
+    server, then closes the engine. Every facade call goes through the client; ``_store`` is the
+    served engine's state, so the suites' "no I/O happened" checks count what the server read."""
+
+    def __init__(self, engine: HistoryEngine) -> None:
+        from engine import HistoryClient
+        from tests.service.server_support import serving
+
+        self._stack = contextlib.ExitStack()
+        try:
+            self._stack.enter_context(engine)
+            url = self._stack.enter_context(serving(engine))
+            self.client = self._stack.enter_context(HistoryClient(url, timeout=30.0))
+        except BaseException:
+            self._stack.close()
+            raise
+        self._store = engine._store
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.client, name)
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> ServedClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class HTTPBackend:
+    """An embedded default served over HTTP: ``open()`` reopens the same data dir behind a new
+    server each time and hands back its client; ``drop_state()`` as ``FileBackend``'s."""
+
+    def __init__(self, path: Path, partitions: int | None = None) -> None:
+        self.files = FileBackend(path, partitions)
+
+    def open(self) -> ServedClient:
+        return ServedClient(self.files.open())
+
+    def drop_state(self) -> None:
+        self.files.drop_state()
+
+
+class OverHTTP:
+    """Runs the contract through ``HistoryClient`` -> ``histlog`` server -> embedded engine."""
+
+    partitions: ClassVar[int | None] = None
+
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> HTTPBackend:
+        return HTTPBackend(tmp_path / "data", self.partitions)
