@@ -74,8 +74,10 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)  # Invariant: registered for HTTPException only.
     if exc.status_code == 404:
         return problem_response(NotFound(f"no route for {request.method} {request.url.path}: see /openapi.json"))
-    return problem_response(InvalidRequest(f"{request.method} {request.url.path}: {exc.detail}"),
-                            status=exc.status_code)
+    response = problem_response(InvalidRequest(f"{request.method} {request.url.path}: {exc.detail}"),
+                                status=exc.status_code)
+    response.headers.update(exc.headers or {})  # a 405's Allow
+    return response
 
 
 async def _crash(request: Request, exc: Exception) -> Response:

@@ -125,7 +125,9 @@ def test_unknown_message_turn_is_404_and_unknown_route_is_404(served: Served) ->
 
 
 def test_a_wrong_method_is_a_405_problem(served: Served) -> None:
-    problem(call(served.url, "POST", "/v1/stats"), 405, "InvalidRequest")
+    result = call(served.url, "POST", "/v1/stats")
+    problem(result, 405, "InvalidRequest")
+    assert "GET" in result[1]["allow"]
 
 
 def test_the_same_append_id_with_other_content_is_a_409(served: Served) -> None:
