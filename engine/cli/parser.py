@@ -38,6 +38,10 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
                        help=f"Kafka topic (env HISTLOG_TOPIC, default {DEFAULT_TOPIC})")
     group.add_argument("--state", metavar="DIR", default=argparse.SUPPRESS,
                        help="this instance's state dir with --kafka (env HISTLOG_STATE)")
+    group.add_argument("--url", metavar="URL", default=argparse.SUPPRESS,
+                       help="talk to a histlog server instead, e.g. http://127.0.0.1:8420 (env HISTLOG_URL; "
+                            "its bearer token from env HISTLOG_TOKEN; env HISTLOG_TIMEOUT: the seconds a call may "
+                            "retry, default 30)")
 
 
 def _integer(text: str) -> int:

@@ -35,15 +35,15 @@ from engine.service.wire import (
     turn_of,
 )
 from projections.reads import Unit
-from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
-from schemas.errors import InvalidBatch, InvalidRequest
+from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
+from schemas.errors import InvalidBatch, InvalidRequest, LogUnavailable
 from schemas.ids import ConversationID
-from schemas.messages import Message
+from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
 
 __all__ = ["Plan", "append", "clear", "conversations", "entries", "latest_interrupted_checkpoint", "latest_turn",
            "measure", "poison", "read", "read_within_bytes", "replace_turn", "stats", "turn", "turn_sources",
-           "turns", "window"]
+           "turns", "window", "window_entries"]
 
 T = TypeVar("T")
 Plan = Generator[Request, Any, T]
@@ -148,6 +148,22 @@ def window(conversation_id: str, limit: int, before: HistoryPosition | None = No
     check_cursors(None, before)
     tree = yield Request("GET", path, _params(limit=limit, before=before))
     return [Message.model_validate(m) for m in _field(tree, "messages")]
+
+
+def window_entries(conversation_id: str, limit: int) -> Plan[StoredWindow]:
+    """``HistoryEngine.window_entries`` from the routes there are: the window, then the visible
+    entries whose newest non-system messages it holds (O(history): for the CLI's display, not
+    for a bot's hot path, which reads ``window``). Two reads: if a write lands between them and
+    they disagree, both are read again (at most three times)."""
+    for _ in range(3):
+        messages = yield from window(conversation_id, limit)
+        system = messages[0] if messages and messages[0].role is Role.SYSTEM else None
+        wanted = messages[1:] if system is not None else messages
+        rows = [r for r in (yield from entries(conversation_id)) if r.message.role is not Role.SYSTEM]
+        tail = rows[len(rows) - len(wanted):] if wanted else []
+        if [r.message for r in tail] == wanted:
+            return StoredWindow(system, tail)
+    raise LogUnavailable(f"the window of {str(conversation_id)!r} kept changing while it was read; try again")
 
 
 def read_within_bytes(conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
