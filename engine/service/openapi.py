@@ -68,7 +68,9 @@ def _operation(op: Op) -> dict[str, Any]:
     status, model = op.ok
     ok: dict[str, Any] = {"description": "success"}
     if model is not None:
-        ok["content"] = {"application/json": {"schema": _ref(model)}}
+        ok["content"] = {op.ok_media: {"schema": _ref(model)}}
+    elif op.ok_media != "application/json":
+        ok["content"] = {op.ok_media: {"schema": {"type": "string"}}}
     responses: dict[str, Any] = {str(status): ok}
     for code in sorted({*op.errors, 400, 401, 404, 500}):
         responses[str(code)] = {"description": _ERRORS.get(code, "unexpected server failure"),

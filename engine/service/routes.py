@@ -59,6 +59,9 @@ class Op:
     query: tuple[Param, ...] = ()
     body: type[BaseModel] | None = None
     errors: tuple[int, ...] = field(default=(400, 401, 404, 503))
+    ok_media: str = "application/json"
+    """The success body's media type; one other than JSON (``text/event-stream``) is documented
+    as a string."""
 
 
 def json_response(tree: Any, status: int = 200) -> Response:
