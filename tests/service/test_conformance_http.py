@@ -12,6 +12,8 @@ Hypothesis runs fewer examples than in-process (every operation is an HTTP round
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.conformance.backends import OverHTTP
@@ -35,7 +37,7 @@ class TestTurnsOverHTTP(OverHTTP, TurnsContract):
     max_examples = 8
 
     @pytest.mark.skip(reason=_IN_PROCESS)
-    def test_custom_projections_see_each_accepted_replacement_once(self) -> None: ...
+    def test_custom_projections_see_each_accepted_replacement_once(self, engine: Any) -> None: ...
 
     @pytest.mark.skip(reason=_RAW_LOG)
-    def test_malformed_replacements_on_the_log_are_poison_on_every_replay(self) -> None: ...
+    def test_malformed_replacements_on_the_log_are_poison_on_every_replay(self, backend: Any) -> None: ...
