@@ -25,6 +25,7 @@ from engine.arguments import Empty, check_budget, check_cursors, check_timeout, 
 from engine.client.policy import Request
 from engine.facade import EngineStats
 from engine.service.wire import (
+    MAX_INT,
     StatsOut,
     log_position_of,
     measure_of,
@@ -37,6 +38,7 @@ from engine.service.wire import (
 from projections.reads import Unit
 from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
 from schemas.errors import InvalidBatch, InvalidRequest, LogUnavailable
+from schemas.event_rules import REPLACE_REASONS
 from schemas.ids import ConversationID
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
@@ -67,10 +69,24 @@ def _field(tree: Any, name: str) -> Any:
     return tree[name]
 
 
+def _cursor(p: HistoryPosition) -> HistoryPosition:
+    """``p`` inside the range the wire carries (each number 0..``MAX_INT``), selecting the same
+    messages: ``HistoryPosition`` accepts any ints and only compares, while stored positions are
+    ``(turn >= 0, 1 <= seq < MAX_INT)``, so a cursor before ``0:0`` is ``0:0`` and one past the
+    range is its end."""
+    if p.turn < 0:
+        return HistoryPosition.START
+    if p.turn > MAX_INT:
+        return HistoryPosition(MAX_INT, MAX_INT)
+    return HistoryPosition(p.turn, min(max(p.seq, 0), MAX_INT))
+
+
 def _params(**given: object) -> dict[str, str]:
     """The query: absent or default values (None, ``after`` at START, ``unit`` "turn") left out."""
     out: dict[str, str] = {}
     for name, value in given.items():
+        if isinstance(value, HistoryPosition):
+            value = _cursor(value)
         if value is None or (name == "after" and value == HistoryPosition.START) or (name, value) == ("unit", "turn"):
             continue
         out[name] = ("true" if value else "false") if isinstance(value, bool) else str(value)
@@ -107,8 +123,10 @@ def replace_turn(batch: Batch, old_turn_id: str, reason: str, timeout: float | N
     reason, the turn id and the turn's first message with the facade's rules."""
     _timeout(timeout)
     _batch(batch)
-    if not isinstance(old_turn_id, str) or not isinstance(reason, str):
-        raise InvalidBatch(f"invalid replace_turn: old_turn_id and reason are strings, got {old_turn_id!r}, {reason!r}")
+    if not isinstance(old_turn_id, str):
+        raise InvalidBatch(f"invalid old_turn_id {old_turn_id!r}: expected a turn id (HistoryTurn.id)")
+    if reason not in REPLACE_REASONS:  # the event's own rule; the wire's enum would say InvalidRequest
+        raise InvalidBatch(f"invalid replace_turn reason {reason!r}: expected 'edit' or 'retry'")
     return _put(batch, {"replaces": {"turn_id": old_turn_id, "reason": reason}}, timeout)
 
 

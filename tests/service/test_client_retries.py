@@ -22,6 +22,10 @@ from schemas import (
     AppendConflict,
     Batch,
     CommitUnconfirmed,
+    InvalidBatch,
+    InvalidConversationID,
+    InvalidReceipt,
+    InvalidWindow,
     LogUnavailable,
     Message,
     NotOwner,
@@ -182,3 +186,37 @@ def test_a_dead_url_is_skipped_for_the_next_one(face: Any) -> None:
     with running(script) as url:
         assert face([f"http://127.0.0.1:{free_port()}", url], 10)("append", BATCH) == RECEIPT
     assert len(script.seen) == 1
+
+
+@pytest.mark.parametrize("bad", [
+    lambda c: c("read_within_bytes", "d", "8192"),
+    lambda c: c("read_within_bytes", "d", True),
+    lambda c: c("read_within_bytes", "d", 10, unit="turns"),
+    lambda c: c("read_within_bytes", "d", 10, after=(1, 2)),
+    lambda c: c("turn_sources", "d", 10, before="3:4"),
+    lambda c: c("measure", "d", after="1:2"),
+    lambda c: c("entries", "d", after=(1, 2)),
+    lambda c: c("window", "d", 0),
+    lambda c: c("window", "d", "20"),
+])
+def test_bad_arguments_send_no_request(face: Any, bad: Callable[[Any], Any]) -> None:
+    script = Script([OK])
+    with running(script) as url, pytest.raises(InvalidWindow):
+        bad(face(url, 10))
+    assert script.seen == []
+
+
+def test_invalid_ids_and_replacements_send_no_request(face: Any) -> None:
+    script = Script([OK])
+    with running(script) as url:
+        call = face(url, 10)
+        for bad_id in ("", " padded", "ctl\x07", "x" * 1025):
+            with pytest.raises(InvalidConversationID):
+                call("entries", bad_id)
+        with pytest.raises(InvalidBatch):
+            call("replace_turn", BATCH, "a/0", "regenerate")
+        with pytest.raises(InvalidBatch):
+            call("append", [Message.user("x")])
+        with pytest.raises(InvalidReceipt):
+            call("append", BATCH, expected_last="a1")
+    assert script.seen == []
