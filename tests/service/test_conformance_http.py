@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.conformance.backends import OverHTTP
+from tests.conformance.backends import OverAsyncHTTP, OverHTTP
 from tests.conformance.facade_contract import FacadeContract
 from tests.conformance.reads_contract import ReadsContract
 from tests.conformance.turns_contract import TurnsContract
@@ -33,6 +33,10 @@ _KEYS_AROUND_STATS = ("counts the served engine's key reads around stats(), and 
 
 class TestFacadeOverHTTP(OverHTTP, FacadeContract):
     pass
+
+
+class TestFacadeOverAsyncHTTP(OverAsyncHTTP, FacadeContract):
+    """The asyncio client, every call awaited on its own loop."""
 
 
 class TestReadsOverHTTP(OverHTTP, ReadsContract):
