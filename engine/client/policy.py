@@ -24,6 +24,7 @@ The rules (SERVICE.md "The clients"):
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
@@ -126,8 +127,7 @@ def _retry_after(value: str | None) -> float:
 
 
 def _parsed(body: bytes) -> Any:
-    import json
-
+    """An error answer's body for ``error_of``: its JSON, or the start of its text."""
     try:
         return json.loads(body)
     except ValueError:
