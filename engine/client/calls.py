@@ -81,6 +81,12 @@ def _cursor(p: HistoryPosition) -> HistoryPosition:
     return HistoryPosition(p.turn, min(max(p.seq, 0), MAX_INT))
 
 
+def _budget(max_bytes: int) -> int:
+    """``max_bytes`` inside the wire's range, loading the same: any budget <= 0 loads nothing, and
+    one past ``MAX_INT`` bytes is no tighter than ``MAX_INT``."""
+    return min(max(max_bytes, 0), MAX_INT)
+
+
 def _params(**given: object) -> dict[str, str]:
     """The query: absent or default values (None, ``after`` at START, ``unit`` "turn") left out."""
     out: dict[str, str] = {}
@@ -190,7 +196,7 @@ def read_within_bytes(conversation_id: str, max_bytes: int, after: HistoryPositi
     path = _conv(conversation_id) + "/budget"
     check_budget(max_bytes, unit)
     check_cursors(after, before)
-    tree = yield Request("GET", path, _params(max_bytes=max_bytes, after=after, before=before, unit=unit))
+    tree = yield Request("GET", path, _params(max_bytes=_budget(max_bytes), after=after, before=before, unit=unit))
     return HistoryLoad([stored_of(row) for row in _field(tree, "messages")], bool(_field(tree, "truncated")))
 
 
@@ -200,7 +206,7 @@ def turn_sources(conversation_id: str, max_bytes: int, after: HistoryPosition = 
     path = _conv(conversation_id) + "/turn-sources"
     check_budget(max_bytes, unit)
     check_cursors(after, before)
-    tree = yield Request("GET", path, _params(max_bytes=max_bytes, after=after, before=before, unit=unit))
+    tree = yield Request("GET", path, _params(max_bytes=_budget(max_bytes), after=after, before=before, unit=unit))
     return HistoryLoad([source_of(row) for row in _field(tree, "sources")], bool(_field(tree, "truncated")))
 
 

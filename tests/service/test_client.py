@@ -114,6 +114,9 @@ def test_every_read_equals_the_engine(call: Call, served: Served) -> None:
     for unit in ("turn", "message"):
         load = call("read_within_bytes", C, 60, after=HistoryPosition.START, unit=unit)
         assert isinstance(load, HistoryLoad) and load == eng.read_within_bytes(C, 60, unit=unit)
+    for budget, cursor in ((-1, HistoryPosition(-1, 0)), (2**70, HistoryPosition(1, 2**64))):  # past the wire's range
+        assert call("read_within_bytes", C, budget, after=cursor) == eng.read_within_bytes(C, budget, after=cursor)
+        assert call("entries", C, before=cursor) == eng.entries(C, before=cursor)
     assert call("turn_sources", C, 1000) == eng.turn_sources(C, 1000)
     assert call("turn_sources", C, 1000, after=mid) == eng.turn_sources(C, 1000, after=mid)
     m = call("measure", C, mid)
@@ -180,5 +183,8 @@ def test_the_async_middleware_runs_over_a_client(served: Served) -> None:
 
     with HistoryClient(served.url, timeout=10) as client:
         wrapped = HistoryMiddleware(MiddlewareConfig(client, client, "amw")).acall(amodel)
-        asyncio.run(wrapped(ChatRequest([Message.user("hi")]), append_id="x1"))
+        async def main() -> ChatResponse:
+            return await wrapped(ChatRequest([Message.user("hi")]), append_id="x1")
+
+        assert asyncio.run(main()).text() == "async reply"
     assert [m.text() for m in served.engine.read("amw")] == ["hi", "async reply"]
