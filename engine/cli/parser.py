@@ -13,6 +13,7 @@ from typing import Any, NoReturn
 from engine.cli.exits import UsageError
 from engine.cli.ops import cmd_rebuild, cmd_stats, cmd_tail
 from engine.cli.reads import cmd_list, cmd_read, cmd_turns
+from engine.cli.serve import add_serve, cmd_serve
 from engine.cli.target import DEFAULT_DATA, DEFAULT_TOPIC
 from engine.cli.tools import cmd_bench, cmd_demo, cmd_log_verify, cmd_replay
 from engine.cli.writes import cmd_append, cmd_clear, cmd_replace_turn
@@ -37,6 +38,10 @@ def _global_options(parser: argparse.ArgumentParser) -> None:
                        help=f"Kafka topic (env HISTLOG_TOPIC, default {DEFAULT_TOPIC})")
     group.add_argument("--state", metavar="DIR", default=argparse.SUPPRESS,
                        help="this instance's state dir with --kafka (env HISTLOG_STATE)")
+    group.add_argument("--url", metavar="URL", default=argparse.SUPPRESS,
+                       help="talk to a histlog server instead, e.g. http://127.0.0.1:8420 (env HISTLOG_URL; "
+                            "its bearer token from env HISTLOG_TOKEN; env HISTLOG_TIMEOUT: the seconds a call may "
+                            "retry, default 30)")
 
 
 def _integer(text: str) -> int:
@@ -174,6 +179,12 @@ def build_parser() -> argparse.ArgumentParser:
     command("verify", cmd_log_verify, "check every segment of the embedded file log without changing it",
             "Walk every segment of the embedded file log read-only and print the report: exit 0 when clean, "
             "1 when damage is found.", into=log_sub)
+
+    p = command("serve", cmd_serve, "serve the history over HTTP (docs/service.md)",
+                "Serve this history over HTTP/1.1 + JSON (docs/service.md): prints listening=http://HOST:PORT "
+                "on stdout once accepting; logs on stderr. SIGTERM or SIGINT drains the requests in flight, "
+                "closes the engine and exits 0. A non-loopback --listen needs a token unless --insecure.")
+    add_serve(p, _integer)
 
     p = command("bench", cmd_bench, "run the benchmarks (prints tables and writes a JSON)",
                 "Run the benchmarks of bench/ (source checkout only): each prints ratios against a baseline "

@@ -9,7 +9,9 @@ backend first, and setting ``partitions`` when it wants another count::
 * engines (``FacadeContract``, ``ProjectionContract``, ``ReadsContract``, ``TurnsContract``: the
   ``backend`` fixture): ``Embedded`` (FileLog + RocksDB under ``tmp_path``) and ``OnKafka`` (a real
   broker, from tests/kafka_broker.py; the module marks itself ``kafka``);
-* logs (``LogContract``: the ``make_log`` fixture): ``MemoryLogs``, ``FileLogs``, ``KafkaLogs``.
+* logs (``LogContract``: the ``make_log`` fixture): ``MemoryLogs``, ``FileLogs``, ``KafkaLogs``;
+* over the wire: ``OverHTTP`` (a ``HistoryClient`` on a real server over the embedded default) and
+  ``OverAsyncHTTP`` (the same with an ``AsyncHistoryClient``).
 
 Every log a ``make_log`` made is closed after the test (and a Kafka log's topic deleted).
 """
@@ -21,7 +23,7 @@ import itertools
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -31,7 +33,8 @@ from engine.log.file import FileLog
 from engine.log.memory import MemoryLog
 from tests.conformance.log_contract import MakeLog
 
-__all__ = ["Embedded", "FileBackend", "FileLogs", "KafkaBackend", "KafkaLogs", "MemoryLogs", "OnKafka",
+__all__ = ["AsyncHTTPBackend", "AsyncServedClient", "Embedded", "FileBackend", "FileLogs", "HTTPBackend",
+           "KafkaBackend", "KafkaLogs", "MemoryLogs", "OnKafka", "OverAsyncHTTP", "OverHTTP", "ServedClient",
            "delete_topics", "kafka_logs_made", "logs_made_by"]
 
 
@@ -166,3 +169,119 @@ class KafkaLogs:
     def make_log(self, kafka_bootstrap: str, request: pytest.FixtureRequest) -> Iterator[MakeLog]:
         with kafka_logs_made(kafka_bootstrap, request.node.name) as make_log:
             yield make_log
+
+
+# -- over the wire ------------------------------------------------------------------------------
+class ServedClient:
+    """What ``HTTPBackend.open`` returns: a ``HistoryClient`` on a real server (uvicorn on
+    127.0.0.1, a free port) over an embedded engine; ``close()`` closes the client, stops the
+    server, then closes the engine. Every facade call goes through the client; ``_store`` is the
+    served engine's state, so the suites' "no I/O happened" checks count what the server read."""
+
+    def __init__(self, engine: HistoryEngine) -> None:
+        from engine import HistoryClient
+        from tests.service.server_support import serving
+
+        self._stack = contextlib.ExitStack()
+        try:
+            self._stack.enter_context(engine)
+            url = self._stack.enter_context(serving(engine))
+            self.client = self._stack.enter_context(HistoryClient(url, timeout=30.0))
+        except BaseException:
+            self._stack.close()
+            raise
+        self._store = engine._store
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.client, name)
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> ServedClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class HTTPBackend:
+    """An embedded default served over HTTP: ``open()`` reopens the same data dir behind a new
+    server each time and hands back its client; ``drop_state()`` as ``FileBackend``'s."""
+
+    def __init__(self, path: Path, partitions: int | None = None) -> None:
+        self.files = FileBackend(path, partitions)
+
+    def open(self) -> ServedClient:
+        return ServedClient(self.files.open())
+
+    def drop_state(self) -> None:
+        self.files.drop_state()
+
+
+class OverHTTP:
+    """Runs the contract through ``HistoryClient`` -> ``histlog`` server -> embedded engine."""
+
+    partitions: ClassVar[int | None] = None
+
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> HTTPBackend:
+        return HTTPBackend(tmp_path / "data", self.partitions)
+
+
+class AsyncServedClient(ServedClient):
+    """``ServedClient`` with an ``AsyncHistoryClient`` inside: its coroutines run on an event
+    loop of their own (one thread), each call waiting for its result, so the synchronous suites
+    run unchanged on the asyncio face (threads of a suite share that loop, as tasks)."""
+
+    def __init__(self, engine: HistoryEngine) -> None:
+        import asyncio
+        import threading
+
+        from engine import AsyncHistoryClient
+        from tests.service.server_support import serving
+
+        self._loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=self._loop.run_forever, name="test-async-client", daemon=True)
+        self._stack = contextlib.ExitStack()
+        try:
+            self._stack.enter_context(engine)
+            url = self._stack.enter_context(serving(engine))
+            thread.start()
+            self._stack.callback(self._loop.close)
+            self._stack.callback(thread.join, 10)
+            self._stack.callback(self._loop.call_soon_threadsafe, self._loop.stop)
+            self.aclient = AsyncHistoryClient(url, timeout=30.0)
+            self._stack.callback(self._wait, self.aclient.close())
+        except BaseException:
+            self._stack.close()
+            raise
+        self._store = engine._store
+
+    def _wait(self, coroutine: Any) -> Any:
+        import asyncio
+
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout=60)
+
+    def __getattr__(self, name: str) -> object:
+        method = getattr(self.aclient, name)
+        if not callable(method):
+            return method
+        return lambda *args, **kwargs: self._wait(method(*args, **kwargs))
+
+
+class AsyncHTTPBackend(HTTPBackend):
+    """``HTTPBackend`` whose ``open()`` hands back the asyncio client (``AsyncServedClient``)."""
+
+    def open(self) -> ServedClient:
+        return AsyncServedClient(self.files.open())
+
+
+class OverAsyncHTTP:
+    """Runs the contract through ``AsyncHistoryClient`` -> ``histlog`` server -> embedded engine."""
+
+    partitions: ClassVar[int | None] = None
+
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> HTTPBackend:
+        return AsyncHTTPBackend(tmp_path / "data", self.partitions)

@@ -1,0 +1,292 @@
+"""Every client call, written once: what it sends (``Request``s, from SERVICE.md's routes) and how
+it reads the answers (``engine.service.wire``'s parsers, the server's own representations).
+
+A call is a *plan*: a generator that yields the requests it needs, receives each answer's JSON
+tree (None for a 204) and returns the call's result. The sync and the asyncio client run the same
+plans (``engine/client/faces.py``), so the two faces cannot drift; most plans are one request,
+``conversations`` follows the ``next`` pages, ``turns`` reads the visible entries and then the
+turn of each.
+
+Arguments are checked before any request by the facade's own rules (``ConversationID``,
+``engine.arguments``), so bad input fails with the engine's typed error without reaching the
+server; everything the server decides (admission, a reason or turn id it refuses) comes back as
+its problem+json and is raised as that class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any, TypeVar
+from urllib.parse import quote
+
+import orjson
+
+from engine.arguments import Empty, check_budget, check_cursors, check_timeout, check_window, expected_of
+from engine.client.policy import Request
+from engine.facade import EngineStats
+from engine.service.wire import (
+    MAX_INT,
+    StatsOut,
+    log_position_of,
+    measure_of,
+    receipt_of,
+    source_of,
+    stats_of,
+    stored_of,
+    turn_of,
+)
+from projections.reads import Unit
+from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
+from schemas.errors import InvalidBatch, InvalidRequest, LogUnavailable
+from schemas.event_rules import REPLACE_REASONS
+from schemas.ids import ConversationID
+from schemas.messages import Message, Role
+from schemas.positions import HistoryPosition, LogPosition
+
+__all__ = ["Plan", "append", "clear", "conversations", "entries", "latest_interrupted_checkpoint", "latest_turn",
+           "measure", "poison", "read", "read_within_bytes", "replace_turn", "stats", "turn", "turn_sources",
+           "turns", "window", "window_entries"]
+
+T = TypeVar("T")
+Plan = Generator[Request, Any, T]
+
+_PAGE = 1000
+"""How many conversation ids one ``conversations`` request asks for."""
+
+
+def _seg(text: str) -> str:
+    """One percent-encoded path segment (RFC 3986: ``/`` is ``%2F``, UTF-8 bytes as ``%XX``)."""
+    return quote(text, safe="")
+
+
+def _conv(conversation_id: str) -> str:
+    return "/v1/conversations/" + _seg(ConversationID(conversation_id))
+
+
+def _field(tree: Any, name: str) -> Any:
+    if not isinstance(tree, dict) or name not in tree:
+        raise InvalidRequest(f"the service answered without {name!r}: {str(tree)[:200]}; is it a histlog server?")
+    return tree[name]
+
+
+def _cursor(p: HistoryPosition) -> HistoryPosition:
+    """``p`` inside the range the wire carries (each number 0..``MAX_INT``), selecting the same
+    messages: ``HistoryPosition`` accepts any ints and only compares, while stored positions are
+    ``(turn >= 0, 1 <= seq < MAX_INT)``, so a cursor before ``0:0`` is ``0:0`` and one past the
+    range is its end."""
+    if p.turn < 0:
+        return HistoryPosition.START
+    if p.turn > MAX_INT:
+        return HistoryPosition(MAX_INT, MAX_INT)
+    return HistoryPosition(p.turn, min(max(p.seq, 0), MAX_INT))
+
+
+def _budget(max_bytes: int) -> int:
+    """``max_bytes`` inside the wire's range, loading the same: any budget <= 0 loads nothing, and
+    one past ``MAX_INT`` bytes is no tighter than ``MAX_INT``."""
+    return min(max(max_bytes, 0), MAX_INT)
+
+
+def _params(**given: object) -> dict[str, str]:
+    """The query: absent or default values (None, ``after`` at START, ``unit`` "turn") left out."""
+    out: dict[str, str] = {}
+    for name, value in given.items():
+        if isinstance(value, HistoryPosition):
+            value = _cursor(value)
+        if value is None or (name == "after" and value == HistoryPosition.START) or (name, value) == ("unit", "turn"):
+            continue
+        out[name] = ("true" if value else "false") if isinstance(value, bool) else str(value)
+    return out
+
+
+# ----- writes
+def _put(batch: Batch, extra: dict[str, Any], timeout: float | None) -> Plan[Receipt]:
+    body = orjson.dumps({"messages": orjson.Fragment(batch.canonical_json()), **extra})
+    path = f"{_conv(batch.conversation_id)}/appends/{_seg(batch.append_id)}"
+    tree = yield Request("PUT", path, body=body, write=True, timeout=timeout)
+    receipt = receipt_of(tree)
+    receipt.validate_for(batch)  # the server's answer names this batch, or it is not a receipt for it
+    return receipt
+
+
+def append(batch: Batch, timeout: float | None = None, *, expected_last: Receipt | Empty | None = None
+           ) -> Plan[Receipt]:
+    """``HistoryEngine.append``: ``PUT .../appends/{a}``; a resend returns the original receipt."""
+    _timeout(timeout)
+    _batch(batch)
+    expected = expected_of(batch, expected_last)
+    extra: dict[str, Any] = {}
+    if expected == "":
+        extra["expected_last"] = "empty"
+    elif expected is not None:
+        assert isinstance(expected_last, Receipt)  # Invariant: expected_of accepted it as a Receipt.
+        extra["expected_last"] = expected_last.to_dict()
+    return _put(batch, extra, timeout)
+
+
+def replace_turn(batch: Batch, old_turn_id: str, reason: str, timeout: float | None = None) -> Plan[Receipt]:
+    """``HistoryEngine.replace_turn``: the same ``PUT`` with ``"replaces"``; the server checks the
+    reason, the turn id and the turn's first message with the facade's rules."""
+    _timeout(timeout)
+    _batch(batch)
+    if not isinstance(old_turn_id, str):
+        raise InvalidBatch(f"invalid old_turn_id {old_turn_id!r}: expected a turn id (HistoryTurn.id)")
+    if reason not in REPLACE_REASONS:  # the event's own rule; the wire's enum would say InvalidRequest
+        raise InvalidBatch(f"invalid replace_turn reason {reason!r}: expected 'edit' or 'retry'")
+    return _put(batch, {"replaces": {"turn_id": old_turn_id, "reason": reason}}, timeout)
+
+
+def clear(conversation_id: str, timeout: float | None = None) -> Plan[None]:
+    """``HistoryEngine.clear``: ``DELETE /v1/conversations/{c}``."""
+    _timeout(timeout)
+    yield Request("DELETE", _conv(conversation_id), write=True, ok=(200, 204), timeout=timeout)
+
+
+# ----- reads
+def entries(conversation_id: str, after: HistoryPosition | None = None, before: HistoryPosition | None = None,
+            limit: int | None = None, include_hidden: bool = False) -> Plan[list[StoredMessage]]:
+    """``HistoryEngine.entries``: ``GET .../messages``."""
+    path = _conv(conversation_id) + "/messages"
+    check_cursors(after, before)
+    tree = yield Request("GET", path, _params(after=after, before=before, limit=limit,
+                                              include_hidden=include_hidden or None))
+    return [stored_of(row) for row in _field(tree, "messages")]
+
+
+def read(conversation_id: str, at_least: Receipt | None = None, timeout: float | None = None
+         ) -> Plan[list[Message]]:
+    """``HistoryEngine.read``: the visible entries' messages; ``at_least`` waits on the server."""
+    _timeout(timeout)
+    path = _conv(conversation_id) + "/messages"
+    if at_least is not None and not isinstance(at_least, Receipt):
+        raise TypeError(f"at_least must be a Receipt, got {type(at_least).__name__}")
+    tree = yield Request("GET", path, _params(at_least=at_least.position if at_least is not None else None),
+                         timeout=timeout)
+    return [stored_of(row).message for row in _field(tree, "messages")]
+
+
+def window(conversation_id: str, limit: int, before: HistoryPosition | None = None) -> Plan[list[Message]]:
+    """``HistoryEngine.window``: ``GET .../window`` (``before``: what the middleware's retry and edit read)."""
+    path = _conv(conversation_id) + "/window"
+    check_window(limit)
+    check_cursors(None, before)
+    tree = yield Request("GET", path, _params(limit=limit, before=before))
+    return [Message.model_validate(m) for m in _field(tree, "messages")]
+
+
+def window_entries(conversation_id: str, limit: int) -> Plan[StoredWindow]:
+    """``HistoryEngine.window_entries`` from the routes there are: the window, then the visible
+    entries whose newest non-system messages it holds (O(history): for the CLI's display, not
+    for a bot's hot path, which reads ``window``). Two reads: if a write lands between them and
+    they disagree, both are read again (at most three times)."""
+    for _ in range(3):
+        messages = yield from window(conversation_id, limit)
+        system = messages[0] if messages and messages[0].role is Role.SYSTEM else None
+        wanted = messages[1:] if system is not None else messages
+        rows = [r for r in (yield from entries(conversation_id)) if r.message.role is not Role.SYSTEM]
+        tail = rows[len(rows) - len(wanted):] if wanted else []
+        if [r.message for r in tail] == wanted:
+            return StoredWindow(system, tail)
+    raise LogUnavailable(f"the window of {str(conversation_id)!r} kept changing while it was read; try again")
+
+
+def read_within_bytes(conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
+                      before: HistoryPosition | None = None, unit: Unit = "turn") -> Plan[HistoryLoad[StoredMessage]]:
+    """``HistoryEngine.read_within_bytes``: ``GET .../budget``."""
+    path = _conv(conversation_id) + "/budget"
+    check_budget(max_bytes, unit)
+    check_cursors(after, before)
+    tree = yield Request("GET", path, _params(max_bytes=_budget(max_bytes), after=after, before=before, unit=unit))
+    return HistoryLoad([stored_of(row) for row in _field(tree, "messages")], bool(_field(tree, "truncated")))
+
+
+def turn_sources(conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
+                 before: HistoryPosition | None = None, unit: Unit = "turn") -> Plan[HistoryLoad[TurnSource]]:
+    """``HistoryEngine.turn_sources``: ``GET .../turn-sources``."""
+    path = _conv(conversation_id) + "/turn-sources"
+    check_budget(max_bytes, unit)
+    check_cursors(after, before)
+    tree = yield Request("GET", path, _params(max_bytes=_budget(max_bytes), after=after, before=before, unit=unit))
+    return HistoryLoad([source_of(row) for row in _field(tree, "sources")], bool(_field(tree, "truncated")))
+
+
+def measure(conversation_id: str, after: HistoryPosition = HistoryPosition.START) -> Plan[Measure]:
+    """``HistoryEngine.measure``: ``GET .../measure``."""
+    path = _conv(conversation_id) + "/measure"
+    check_cursors(after, None)
+    return measure_of((yield Request("GET", path, _params(after=after))))
+
+
+def turn(conversation_id: str, message_id: str) -> Plan[HistoryTurn]:
+    """``HistoryEngine.turn``: ``GET .../messages/{m}/turn``."""
+    path = _conv(conversation_id)
+    if not isinstance(message_id, str):
+        raise InvalidRequest(f"invalid message_id: expected a str, got {type(message_id).__name__}")
+    return turn_of((yield Request("GET", f"{path}/messages/{_seg(message_id)}/turn")))
+
+
+def latest_turn(conversation_id: str) -> Plan[HistoryTurn | None]:
+    """``HistoryEngine.latest_turn``: ``GET .../turns/latest``."""
+    tree = _field((yield Request("GET", _conv(conversation_id) + "/turns/latest")), "turn")
+    return None if tree is None else turn_of(tree)
+
+
+def turns(conversation_id: str) -> Plan[list[HistoryTurn]]:
+    """``HistoryEngine.turns`` from the routes there are: the visible entries, then the turn of
+    the first message of each turn position (each equals ``turn(c, t.id)`` by definition)."""
+    rows = yield from entries(conversation_id)
+    firsts: dict[int, str] = {}
+    for row in rows:
+        if row.position.turn > 0:
+            firsts.setdefault(row.position.turn, row.id)
+    out: list[HistoryTurn] = []
+    for message_id in firsts.values():
+        out.append((yield from turn(conversation_id, message_id)))
+    return out
+
+
+def latest_interrupted_checkpoint(conversation_id: str) -> Plan[StoredMessage | None]:
+    """``HistoryEngine.latest_interrupted_checkpoint``: ``GET .../interrupted-checkpoint``."""
+    tree = _field((yield Request("GET", _conv(conversation_id) + "/interrupted-checkpoint")), "message")
+    return None if tree is None else stored_of(tree)
+
+
+def conversations(prefix: str | None = None) -> Plan[list[ConversationID]]:
+    """``HistoryEngine.conversations``: every page of ``GET /v1/conversations``, following ``next``."""
+    if prefix is not None and not isinstance(prefix, str):
+        raise InvalidRequest(f"invalid prefix: expected a str, got {type(prefix).__name__}")
+    out: list[ConversationID] = []
+    after: str | None = None
+    while True:
+        tree = yield Request("GET", "/v1/conversations", _params(prefix=prefix or None, after=after, limit=_PAGE))
+        out.extend(ConversationID(c) for c in _field(tree, "conversations"))
+        after = _field(tree, "next")
+        if after is None:
+            return out
+
+
+def stats() -> Plan[EngineStats]:
+    """``HistoryEngine.stats``: ``GET /v1/stats`` (the serving instance's)."""
+    return stats_of((yield Request("GET", "/v1/stats")))
+
+
+def poison() -> Plan[list[tuple[LogPosition, str]]]:
+    """``HistoryEngine.poison``: the quarantined records ``GET /v1/stats`` lists."""
+    tree = yield Request("GET", "/v1/stats")
+    try:
+        listed = StatsOut.model_validate(tree).poison
+    except ValueError as exc:
+        raise InvalidRequest(f"the service's stats are malformed: {exc}") from None
+    return [(log_position_of(p.position, "poison.position"), p.reason) for p in listed]
+
+
+# ----- argument checks shared by the plans
+def _timeout(timeout: float | None) -> None:
+    if timeout is not None:
+        check_timeout(timeout)
+
+
+def _batch(batch: object) -> None:
+    if not isinstance(batch, Batch):
+        raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
+

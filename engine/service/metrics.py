@@ -1,0 +1,218 @@
+"""``/metrics``: the service's Prometheus metrics (SERVICE.md, "Metrics"), on a registry of its
+own per app (never the process-wide default: one process may run many apps, e.g. in tests).
+
+Two sources:
+
+- **Requests**, measured by ``RequestMetrics`` (a pure ASGI middleware) around every request:
+  ``histlog_http_requests_total{method,route,status}``, ``histlog_http_request_duration_seconds``
+  ``{method,route}`` (a histogram) and ``histlog_http_requests_in_flight``. ``route`` is the
+  matched route's *template* (``/v1/conversations/{c}/appends/{a}``), never the raw path, and
+  ``unmatched`` for a path no route knows: no label ever holds a conversation or append id, so
+  the series stay few whatever the traffic. The append route's answers are also counted by
+  outcome, ``histlog_appends_total{outcome}``: ``ok`` (accepted, or an identical retry: the same
+  receipt, by design indistinguishable), ``conflict``, ``not_replaceable``, ``closed``,
+  ``precondition_failed``, ``invalid``, ``unavailable``, ``unconfirmed`` (from the status and the
+  problem's title).
+- **The engine**, read at scrape time from ``HistoryEngine.stats()`` by ``EngineCollector`` (one
+  ``stats()`` call per scrape, nothing on the request path): admission's decisions
+  ``histlog_admission_decisions_total{outcome}`` (accepted, duplicate, conflict, closed,
+  precondition_failed, not_replaceable: the records decided in log order since the state was
+  built, from every writer of the log; an answer the engine gave from its state without writing,
+  e.g. a retry of a known batch, is not a decision), ``histlog_applied_records{partition}`` and
+  ``histlog_log_end_offset{partition}``, ``histlog_projector_lag_records{partition}``,
+  ``histlog_projector_lag_seconds{partition}`` and ``histlog_poison_records_total``.
+- **Event streams** (``StreamsCollector``, over the app's ``EventHub``): ``histlog_event_streams``
+  open now and ``histlog_event_streams_dropped_total`` (fell behind their buffer).
+
+**Lag in seconds** is derived from the scrapes themselves: each scrape notes when it first saw
+each partition's end offset; the lag is the age of the oldest noted end offset the projector has
+not applied yet (0 when caught up). So it is exact to one scrape interval, needs no read of the
+log, and keeps at most ``_LAG_SAMPLES`` notes per partition.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import re
+import threading
+import time
+from collections.abc import Iterator
+from typing import Protocol
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from engine.facade import HistoryEngine
+
+__all__ = ["EngineCollector", "RequestMetrics", "ServiceMetrics", "StreamsCollector"]
+
+UNMATCHED = "unmatched"
+APPEND_ROUTE = ("PUT", "/v1/conversations/{c}/appends/{a}")
+_OUTCOMES = {"AppendConflict": "conflict", "TurnNotReplaceable": "not_replaceable", "ConversationClosed": "closed",
+             "PreconditionFailed": "precondition_failed", "CommitUnconfirmed": "unconfirmed"}
+_LAG_SAMPLES = 1024
+_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class EngineCollector(Collector):
+    """The engine's counters and offsets as metrics, read at each scrape (see the module)."""
+
+    def __init__(self, engine: HistoryEngine) -> None:
+        self.engine = engine
+        self._lock = threading.Lock()
+        self._seen: dict[int, collections.deque[tuple[int, float]]] = {}
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.engine.stats()
+        outcomes = CounterMetricFamily("histlog_admission_decisions", "Records decided by admission, by outcome",
+                                       labels=["outcome"])
+        for outcome, count in (("accepted", s.accepted), ("duplicate", s.duplicates), ("conflict", s.conflicts),
+                               ("closed", s.rejected_closed), ("precondition_failed", s.precondition_failed),
+                               ("not_replaceable", s.not_replaceable)):
+            outcomes.add_metric([outcome], count)
+        yield outcomes
+        poison = CounterMetricFamily("histlog_poison_records", "Poison records skipped (quarantined)")
+        poison.add_metric([], s.corrupt)
+        yield poison
+        applied = GaugeMetricFamily("histlog_applied_records", "Records applied by the projector (its offset)",
+                                    labels=["partition"])
+        ends = GaugeMetricFamily("histlog_log_end_offset", "The log's end offset", labels=["partition"])
+        lag = GaugeMetricFamily("histlog_projector_lag_records", "Records in the log not applied yet",
+                                labels=["partition"])
+        lag_s = GaugeMetricFamily("histlog_projector_lag_seconds",
+                                  "Age of the oldest record not applied yet (at scrape resolution)",
+                                  labels=["partition"])
+        now = time.monotonic()
+        for p, (end, done, behind) in enumerate(zip(s.end_offsets, s.applied_offsets, s.lag, strict=True)):
+            label = [str(p)]
+            applied.add_metric(label, done)
+            ends.add_metric(label, end)
+            lag.add_metric(label, behind)
+            lag_s.add_metric(label, self._lag_seconds(p, end, done, now))
+        yield from (applied, ends, lag, lag_s)
+
+    def _lag_seconds(self, partition: int, end: int, applied: int, now: float) -> float:
+        with self._lock:
+            seen = self._seen.setdefault(partition, collections.deque(maxlen=_LAG_SAMPLES))
+            while seen and seen[0][0] <= applied:
+                seen.popleft()
+            if end > applied and (not seen or seen[-1][0] < end):
+                seen.append((end, now))
+            return now - seen[0][1] if seen and end > applied else 0.0
+
+
+class Streams(Protocol):
+    @property
+    def streams(self) -> int: ...
+    @property
+    def dropped(self) -> int: ...
+
+
+class StreamsCollector(Collector):
+    """The open event streams and those dropped for falling behind (``EventHub``'s counts)."""
+
+    def __init__(self, hub: Streams) -> None:
+        self.hub = hub
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily("histlog_event_streams", "Event streams open now", value=self.hub.streams)
+        dropped = CounterMetricFamily("histlog_event_streams_dropped",
+                                      "Event streams dropped for falling behind their buffer")
+        dropped.add_metric([], self.hub.dropped)
+        yield dropped
+
+
+def route_of(scope: Scope) -> str:
+    """The template of the route that matched (Starlette records it in the scope), else
+    ``unmatched``: never the raw path."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    return path if isinstance(path, str) else UNMATCHED
+
+
+class RequestMetrics:
+    """Counts, times and gauges every HTTP request (pure ASGI, so streaming responses pass
+    through untouched; an events stream counts as in flight while it is open)."""
+
+    def __init__(self, app: ASGIApp, metrics: ServiceMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        title = b""
+        m = self.metrics
+
+        async def sending(message: Message) -> None:
+            nonlocal status, title
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body" and status >= 400 and len(title) < 512:
+                title += message.get("body", b"")[:512]  # a problem's head: its title names the outcome
+            await send(message)
+
+        m.in_flight.inc()
+        started = time.perf_counter()
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            m.in_flight.dec()
+            route, method = route_of(scope), scope["method"]
+            m.latency.labels(method, route).observe(time.perf_counter() - started)
+            m.requests.labels(method, route, str(status)).inc()
+            if (method, route) == APPEND_ROUTE:
+                m.appends.labels(append_outcome(status, title)).inc()
+
+
+def append_outcome(status: int, problem_head: bytes) -> str:
+    """The ``histlog_appends_total`` outcome of an append answered ``status`` (see the module)."""
+    if status < 300:
+        return "ok"
+    found = re.search(rb'"title":"(\w+)"', problem_head)
+    name = found.group(1).decode() if found else ""
+    if name in _OUTCOMES:
+        return _OUTCOMES[name]
+    return "invalid" if status < 500 else "unavailable"
+
+
+class ServiceMetrics:
+    """One app's metrics: its own registry, the request metrics and the engine's collector;
+    ``middleware`` and ``routes`` join them to ``build_app``."""
+
+    def __init__(self, engine: HistoryEngine) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter("histlog_http_requests", "HTTP requests answered, by route template and status",
+                                ["method", "route", "status"], registry=self.registry)
+        self.latency = Histogram("histlog_http_request_duration_seconds", "HTTP request latency by route template",
+                                 ["method", "route"], buckets=_BUCKETS, registry=self.registry)
+        self.appends = Counter("histlog_appends", "Append requests answered, by outcome (ok: accepted or an "
+                               "identical retry)", ["outcome"], registry=self.registry)
+        self.in_flight = Gauge("histlog_http_requests_in_flight", "HTTP requests being served (open event "
+                               "streams included)", registry=self.registry)
+        self.registry.register(EngineCollector(engine))
+
+    @property
+    def middleware(self) -> Middleware:
+        return Middleware(RequestMetrics, metrics=self)
+
+    @property
+    def routes(self) -> list[BaseRoute]:
+        return [Route("/metrics", self.endpoint, methods=["GET"], name="metrics")]
+
+    async def endpoint(self, request: Request) -> Response:
+        # Off the loop: stats() asks the log for its end offsets (a network call on Kafka).
+        return Response(await asyncio.to_thread(self.scrape), media_type=CONTENT_TYPE_LATEST)
+
+    def scrape(self) -> bytes:
+        """The Prometheus text exposition of every metric (one engine ``stats()``)."""
+        return generate_latest(self.registry)

@@ -1,0 +1,222 @@
+"""The routes of SERVICE.md as a thin table over the engine's calls.
+
+Each ``Op`` is one row: method, path, query parameters, body and response models, the error
+statuses it can give, and its handler. The handler parses (``wire``, ``routing``), asks the
+``Router`` which engine serves the conversation, calls it, and renders with ``wire``; errors are
+raised, never rendered here (``engine.service.app`` turns every one into a problem+json through
+``problems``). ``/openapi.json`` is generated from this same table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import Response
+
+from engine.arguments import EMPTY
+from engine.service import wire
+from engine.service.auth import read_body
+from engine.service.routing import Param, Router, segment
+from schemas.batch import Batch, Receipt
+from schemas.positions import HistoryPosition
+
+__all__ = ["OPS", "Context", "Op", "json_response"]
+
+AT_LEAST_TIMEOUT = 10.0
+"""How long a read with ``at_least`` waits for this instance to apply that position (then 503)."""
+PAGE_DEFAULT = 1000
+"""``GET /v1/conversations`` answers at most this many ids per page unless ``limit`` says fewer."""
+PAGE_MAX = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What every handler may use: the router (which engine) and the body limit."""
+
+    router: Router
+    max_body: int
+
+
+Handler = Callable[[Request, Context, dict[str, Any]], Awaitable[Response]]
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One route: ``handler(request, context, query)`` answers ``ok`` (status, model or None)."""
+
+    method: str
+    path: str
+    name: str
+    summary: str
+    handler: Handler
+    ok: tuple[int, type[BaseModel] | None]
+    query: tuple[Param, ...] = ()
+    body: type[BaseModel] | None = None
+    errors: tuple[int, ...] = field(default=(400, 401, 404, 503))
+    ok_media: str = "application/json"
+    """The success body's media type; one other than JSON (``text/event-stream``) is documented
+    as a string."""
+
+
+def json_response(tree: Any, status: int = 200) -> Response:
+    """A JSON response; ``tree`` may hold ``orjson.Fragment``s (the schemas' own ``to_json``)."""
+    return Response(orjson.dumps(tree), status_code=status, media_type="application/json")
+
+
+async def _at_least(ctx: Context, c: str, query: dict[str, Any]) -> None:
+    if "at_least" in query:
+        await ctx.router.serving(c).wait_applied(query["at_least"], AT_LEAST_TIMEOUT)
+
+
+# ----- handlers
+async def put_append(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c, a = segment(request, "c"), segment(request, "a")
+    parsed = wire.append_body_of(await read_body(request, ctx.max_body))
+    batch = Batch(c, a, parsed.messages)
+    engine = ctx.router.serving(c)
+    receipt: Receipt
+    if parsed.replaces is not None:
+        receipt = await engine.replace_turn(batch, parsed.replaces.turn_id, parsed.replaces.reason)
+    else:
+        expected = parsed.expected_last
+        receipt = await engine.append(batch, expected_last=(
+            None if expected is None else EMPTY if expected == "empty" else wire.receipt_of(expected.model_dump())))
+    return Response(wire.receipt_json(receipt), media_type="application/json")
+
+
+async def delete_conversation(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c = segment(request, "c")
+    await ctx.router.serving(c).clear(c)
+    return Response(status_code=204)
+
+
+async def get_conversations(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    prefix: str = query.get("prefix", "")
+    after: str | None = query.get("after")
+    limit: int = query.get("limit", PAGE_DEFAULT)
+    ids = [str(i) for i in await ctx.router.local.conversations()]
+    chosen = [i for i in ids if i.startswith(prefix) and (after is None or i > after)]
+    page = chosen[:limit]
+    more = len(chosen) > len(page)
+    return json_response({"conversations": page, "next": page[-1] if more and page else None})
+
+
+async def get_messages(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c = segment(request, "c")
+    await _at_least(ctx, c, query)
+    rows = await ctx.router.serving(c).entries(c, query.get("after"), query.get("before"), query.get("limit"),
+                                                query.get("include_hidden", False))
+    return json_response({"messages": wire.messages_json(rows)})
+
+
+async def get_window(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c = segment(request, "c")
+    await _at_least(ctx, c, query)
+    messages = await ctx.router.serving(c).window(c, query["limit"])
+    return json_response({"messages": [m.fragment() for m in messages]})
+
+
+async def get_budget(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c = segment(request, "c")
+    await _at_least(ctx, c, query)
+    load = await ctx.router.serving(c).read_within_bytes(
+        c, query["max_bytes"], query.get("after", HistoryPosition.START), query.get("before"),
+        query.get("unit", "turn"))
+    return json_response(wire.load_json(load, "messages"))
+
+
+async def get_turn_sources(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c = segment(request, "c")
+    await _at_least(ctx, c, query)
+    load = await ctx.router.serving(c).turn_sources(c, query["max_bytes"],
+                                                     query.get("after", HistoryPosition.START))
+    return json_response(wire.load_json(load, "sources"))
+
+
+async def get_measure(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c = segment(request, "c")
+    await _at_least(ctx, c, query)
+    m = await ctx.router.serving(c).measure(c, query.get("after", HistoryPosition.START))
+    return json_response({"messages": m.messages, "content_bytes": m.content_bytes, "turns": m.turns})
+
+
+async def get_latest_turn(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c = segment(request, "c")
+    await _at_least(ctx, c, query)
+    turn = await ctx.router.serving(c).latest_turn(c)
+    return json_response({"turn": None if turn is None else wire.turn_json(turn)})
+
+
+async def get_turn(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c, m = segment(request, "c"), segment(request, "m")
+    await _at_least(ctx, c, query)
+    return json_response(wire.turn_json(await ctx.router.serving(c).turn(c, m)))
+
+
+async def get_checkpoint(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c = segment(request, "c")
+    await _at_least(ctx, c, query)
+    stored = await ctx.router.serving(c).latest_interrupted_checkpoint(c)
+    return json_response({"message": None if stored is None else wire.stored_json(stored)})
+
+
+async def get_stats(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    engine = ctx.router.local
+    stats = await engine.stats()
+    poison = await asyncio.to_thread(engine.engine.poison)
+    return json_response(wire.stats_json(stats, poison))
+
+
+# ----- the table
+_AT_LEAST = Param("at_least", "log", "wait (bounded) until this instance has applied PARTITION:OFFSET "
+                  "(e.g. a receipt's position): read-your-writes from anywhere")
+_AFTER = Param("after", "history", "only messages after this TURN:SEQ (exclusive)")
+_BEFORE = Param("before", "history", "only messages before this TURN:SEQ (exclusive)")
+_C = "/v1/conversations/{c}"
+
+OPS: tuple[Op, ...] = (
+    Op("PUT", _C + "/appends/{a}", "append",
+       "Append one batch atomically and idempotently (or replace the latest turn); identical retries "
+       "return the same receipt", put_append, (200, wire.ReceiptModel), body=wire.AppendBody,
+       errors=(400, 401, 409, 410, 412, 413, 503, 504)),
+    Op("DELETE", _C, "clear", "Close a conversation forever (idempotent)", delete_conversation, (204, None),
+       errors=(400, 401, 503, 504)),
+    Op("GET", "/v1/conversations", "conversations", "Open conversations in lexical order, paged",
+       get_conversations, (200, wire.ConversationsPage), query=(
+           Param("prefix", "str", "only ids starting with this"),
+           Param("after", "str", "only ids after this one (the previous page's next)"),
+           Param("limit", "int", f"at most this many ids (default {PAGE_DEFAULT})", minimum=1)),
+       errors=(400, 401, 503)),
+    Op("GET", _C + "/messages", "entries", "The stored messages of a conversation", get_messages,
+       (200, wire.StoredMessagesOut), query=(
+           _AFTER, _BEFORE, Param("limit", "int", "at most this many (the oldest first)"),
+           Param("include_hidden", "bool", "also the messages of replaced turns"), _AT_LEAST)),
+    Op("GET", _C + "/window", "window", "The newest whole turns within limit messages (system merged first)",
+       get_window, (200, wire.WindowOut), query=(
+           Param("limit", "int", "at most this many messages", required=True, minimum=1), _AT_LEAST),
+       errors=(400, 401, 404, 422, 503)),
+    Op("GET", _C + "/budget", "read_within_bytes", "The newest units within a budget of content bytes",
+       get_budget, (200, wire.StoredLoadOut), query=(
+           Param("max_bytes", "int", "the budget in content bytes", required=True), _AFTER, _BEFORE,
+           Param("unit", "unit", "keep whole turns (default) or single messages"), _AT_LEAST)),
+    Op("GET", _C + "/turn-sources", "turn_sources", "What turn-response composition reads, within a budget",
+       get_turn_sources, (200, wire.SourcesOut), query=(
+           Param("max_bytes", "int", "the budget in content bytes", required=True), _AFTER, _AT_LEAST)),
+    Op("GET", _C + "/measure", "measure", "Counts after a position, without payloads", get_measure,
+       (200, wire.MeasureOut), query=(_AFTER, _AT_LEAST)),
+    Op("GET", _C + "/turns/latest", "latest_turn", "The latest visible turn, or null", get_latest_turn,
+       (200, wire.LatestTurnOut), query=(_AT_LEAST,)),
+    Op("GET", _C + "/messages/{m}/turn", "turn", "The visible turn holding a message", get_turn,
+       (200, wire.TurnModel), query=(_AT_LEAST,)),
+    Op("GET", _C + "/interrupted-checkpoint", "latest_interrupted_checkpoint",
+       "The latest interrupted assistant checkpoint of the latest turn, or null", get_checkpoint,
+       (200, wire.CheckpointOut), query=(_AT_LEAST,)),
+    Op("GET", "/v1/stats", "stats", "Log offsets, lag and admission counts (histlog stats --json)", get_stats,
+       (200, wire.StatsOut), errors=(400, 401, 503)),
+)
