@@ -118,7 +118,7 @@ async def get_messages(request: Request, ctx: Context, query: dict[str, Any]) ->
 async def get_window(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c = segment(request, "c")
     await _at_least(ctx, c, query)
-    messages = await ctx.router.serving(c).window(c, query["limit"])
+    messages = await ctx.router.serving(c).window(c, query["limit"], query.get("before"))
     return json_response({"messages": [m.fragment() for m in messages]})
 
 
@@ -134,8 +134,8 @@ async def get_budget(request: Request, ctx: Context, query: dict[str, Any]) -> R
 async def get_turn_sources(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c = segment(request, "c")
     await _at_least(ctx, c, query)
-    load = await ctx.router.serving(c).turn_sources(c, query["max_bytes"],
-                                                     query.get("after", HistoryPosition.START))
+    load = await ctx.router.serving(c).turn_sources(c, query["max_bytes"], query.get("after", HistoryPosition.START),
+                                                     query.get("before"), query.get("unit", "turn"))
     return json_response(wire.load_json(load, "sources"))
 
 
@@ -199,7 +199,9 @@ OPS: tuple[Op, ...] = (
            Param("include_hidden", "bool", "also the messages of replaced turns"), _AT_LEAST)),
     Op("GET", _C + "/window", "window", "The newest whole turns within limit messages (system merged first)",
        get_window, (200, wire.WindowOut), query=(
-           Param("limit", "int", "at most this many messages", required=True, minimum=1), _AT_LEAST),
+           Param("limit", "int", "at most this many messages", required=True, minimum=1),
+           Param("before", "history", "the window of the messages before this TURN:SEQ (a retry's history)"),
+           _AT_LEAST),
        errors=(400, 401, 404, 422, 503)),
     Op("GET", _C + "/budget", "read_within_bytes", "The newest units within a budget of content bytes",
        get_budget, (200, wire.StoredLoadOut), query=(
@@ -207,7 +209,8 @@ OPS: tuple[Op, ...] = (
            Param("unit", "unit", "keep whole turns (default) or single messages"), _AT_LEAST)),
     Op("GET", _C + "/turn-sources", "turn_sources", "What turn-response composition reads, within a budget",
        get_turn_sources, (200, wire.SourcesOut), query=(
-           Param("max_bytes", "int", "the budget in content bytes", required=True), _AFTER, _AT_LEAST)),
+           Param("max_bytes", "int", "the budget in content bytes", required=True), _AFTER, _BEFORE,
+           Param("unit", "unit", "keep whole turns (default) or single messages"), _AT_LEAST)),
     Op("GET", _C + "/measure", "measure", "Counts after a position, without payloads", get_measure,
        (200, wire.MeasureOut), query=(_AFTER, _AT_LEAST)),
     Op("GET", _C + "/turns/latest", "latest_turn", "The latest visible turn, or null", get_latest_turn,

@@ -15,13 +15,10 @@ Hypothesis runs fewer examples than in-process (every operation is an HTTP round
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from engine.service.routes import OPS
 from tests.conformance.backends import OverAsyncHTTP, OverHTTP
 from tests.conformance.facade_contract import FacadeContract
 from tests.conformance.reads_contract import ReadsContract
@@ -32,26 +29,6 @@ _RAW_LOG = "in-process only: writes raw records to the engine's log (engine.log,
 _KEYS_AROUND_STATS = ("counts the served engine's key reads around stats(), and GET /v1/stats reads the poison "
                       "keyspace itself; over HTTP the rule is checked by sending no request at all "
                       "(test_client_retries.py::test_bad_arguments_send_no_request)")
-
-
-_SOURCE_QUERY = {p.name for op in OPS if op.name == "turn_sources" for p in op.query}
-_AWAITING_SERVER = pytest.mark.xfail(
-    not {"before", "unit"} <= _SOURCE_QUERY, strict=True,
-    reason="the server's GET .../turn-sources takes no before= or unit= yet (HistoryEngine.turn_sources does); "
-           "the client sends them, the server refuses them as unknown (400)")
-
-
-def _awaiting_server(contract: type, name: str) -> Callable[..., None]:
-    """``contract.name`` marked ``_AWAITING_SERVER`` in this module only (its marks copied, not shared)."""
-    original = getattr(contract, name)
-
-    @functools.wraps(original)
-    def test(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-
-    test.pytestmark = list(getattr(original, "pytestmark", []))  # type: ignore[attr-defined]
-    marked: Callable[..., None] = _AWAITING_SERVER(test)
-    return marked
 
 
 class TestFacadeOverHTTP(OverHTTP, FacadeContract):
@@ -65,22 +42,6 @@ class TestFacadeOverAsyncHTTP(OverAsyncHTTP, FacadeContract):
 class TestReadsOverHTTP(OverHTTP, ReadsContract):
     examples = 10
 
-    test_every_read_equals_the_reference_on_generated_histories = _awaiting_server(
-        ReadsContract, "test_every_read_equals_the_reference_on_generated_histories")
-    test_one_long_conversation_with_random_cursors = _awaiting_server(
-        ReadsContract, "test_one_long_conversation_with_random_cursors")
-    test_max_bytes_zero_or_negative_loads_nothing = _awaiting_server(
-        ReadsContract, "test_max_bytes_zero_or_negative_loads_nothing")
-    test_cursors_that_match_no_message = _awaiting_server(ReadsContract, "test_cursors_that_match_no_message")
-    test_cursors_with_negative_or_huge_components = _awaiting_server(
-        ReadsContract, "test_cursors_with_negative_or_huge_components")
-    test_an_unknown_conversation_reads_empty = _awaiting_server(
-        ReadsContract, "test_an_unknown_conversation_reads_empty")
-    test_a_before_cursor_with_a_negative_turn_selects_nothing = _awaiting_server(
-        ReadsContract, "test_a_before_cursor_with_a_negative_turn_selects_nothing")
-    test_a_cleared_conversation_reads_empty = _awaiting_server(ReadsContract, "test_a_cleared_conversation_reads_empty")
-    test_reads_are_the_same_after_reopen_and_after_a_rebuild = _awaiting_server(
-        ReadsContract, "test_reads_are_the_same_after_reopen_and_after_a_rebuild")
 
     @pytest.mark.skip(reason=_KEYS_AROUND_STATS)
     def test_bad_arguments_raise_invalid_window_before_any_io(self, *args: Any, **kwargs: Any) -> None: ...
@@ -89,12 +50,6 @@ class TestReadsOverHTTP(OverHTTP, ReadsContract):
 class TestTurnsOverHTTP(OverHTTP, TurnsContract):
     max_examples = 8
 
-    test_random_sequences_match_the_reference = _awaiting_server(
-        TurnsContract, "test_random_sequences_match_the_reference")
-    test_replay_from_the_log_reproduces_hidden_and_visible_state = _awaiting_server(
-        TurnsContract, "test_replay_from_the_log_reproduces_hidden_and_visible_state")
-    test_a_replaced_turn_never_reappears_in_any_window = _awaiting_server(
-        TurnsContract, "test_a_replaced_turn_never_reappears_in_any_window")
 
     @pytest.mark.skip(reason=_IN_PROCESS)
     def test_custom_projections_see_each_accepted_replacement_once(self, *args: Any, **kwargs: Any) -> None: ...
