@@ -130,6 +130,10 @@ def test_shell_block_runs_as_printed(block: Block, tmp_path: Path) -> None:
     done = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.code], cwd=work, env=env,
                           capture_output=True, text=True, timeout=SHELL_TIMEOUT_S)
     assert done.returncode == 0, (done.stdout, done.stderr)
+    if "serve --listen" in block.code:  # the service block: a receipt, a window, a remote read
+        assert '"append_id":"turn-1"' in done.stdout
+        assert '{"messages":[{"parts":[{"kind":"text","text":"Hi"}]' in done.stdout
+        assert "user: Hi" in done.stdout
     if "histlog append customer-7 turn-1" in block.code:  # what its comments promise
         assert '"append_id":"turn-1","conversation_id":"customer-7"' in done.stdout  # the receipt as JSON
         assert "user: Hi there" in done.stdout
