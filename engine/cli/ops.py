@@ -11,14 +11,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, fields
+from dataclasses import fields
 from types import FrameType
-from typing import Any, TextIO
+from typing import TextIO
 
 from engine.cli.exits import OK, UsageError
 from engine.cli.target import Target
 from engine.facade import EngineStats, HistoryEngine
 from engine.render import ProgressBar, one_line, print_lines, record_line, render_message
+from engine.service.wire import stats_json
 from projections.events import ClearEvent, ProjectedEvent, TurnReplacedEvent
 from schemas.errors import SubscriptionLost
 
@@ -45,12 +46,11 @@ def _stats_lines(stats: EngineStats, poison: list[dict[str, str]]) -> list[str]:
 def cmd_stats(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     with target.open() as engine:
         stats = engine.stats()
-        poison = [{"position": str(position), "reason": reason} for position, reason in engine.poison()]
+        tree = stats_json(stats, engine.poison())  # the one form, the service's /v1/stats too
     if ns.json:
-        tree: dict[str, Any] = {**asdict(stats), "poison": poison}
         print_lines(out, json.dumps(tree, ensure_ascii=False))
     else:
-        print_lines(out, *_stats_lines(stats, poison))
+        print_lines(out, *_stats_lines(stats, tree["poison"]))
     return OK
 
 

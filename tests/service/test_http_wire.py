@@ -68,3 +68,14 @@ def test_a_malformed_response_form_is_an_invalid_request_naming_the_field() -> N
                         "created_at": "2026-01-01T00:00:00.000Z"})
     with pytest.raises(InvalidRequest, match="turns"):
         wire.measure_of({"messages": 1, "content_bytes": 2})
+
+
+def test_the_stats_form_has_every_engine_stats_field() -> None:
+    """``wire.StatsOut`` spells ``EngineStats`` for the wire: a counter added to the engine must
+    reach ``GET /v1/stats`` (and so the clients' ``stats()``) too."""
+    import dataclasses
+
+    from engine.facade import EngineStats
+    from engine.service.wire import StatsOut
+
+    assert list(StatsOut.model_fields) == [f.name for f in dataclasses.fields(EngineStats)] + ["poison"]
