@@ -256,6 +256,13 @@ class HistoryEngine:
                 f"this instance has not applied {position} within {timeout}s; "
                 "check `histlog stats` (lag) and that the log is reachable, then retry")
 
+    def _has_applied(self, position: LogPosition) -> bool:
+        """Whether ``position`` is applied already (no wait; False for anything ``wait_applied``
+        would refuse, so that it refuses it)."""
+        return (isinstance(position, LogPosition) and position.partition < self._log.partitions
+                and not self._closed and self._projector.failure is None
+                and self._projector.applied_offsets()[position.partition] > position.offset)
+
     def conversations(self) -> list[ConversationID]:
         """Open conversations, unique, in lexical order."""
         self._check_open()

@@ -120,7 +120,8 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
                         extra_routes=[*extras.readiness.routes, *extras.metrics.routes],
                         middleware=[extras.middleware])
         config = uvicorn.Config(app, host=host, port=port, lifespan="off", log_config=None, access_log=False,
-                                timeout_graceful_shutdown=DRAIN_TIMEOUT, server_header=False)
+                                timeout_graceful_shutdown=DRAIN_TIMEOUT, server_header=False,
+                                proxy_headers=False)  # no route uses the client's address: skip its parsing
         print(f"histlog: serving {target.describe()}{' (token required)' if token else ''}", file=sys.stderr,
               flush=True)
         try:

@@ -161,15 +161,14 @@ class RequestMetrics:
                 title += message.get("body", b"")[:512]  # a problem's head: its title names the outcome
             await send(message)
 
-        m.in_flight.inc()
+        m.open_requests += 1
         started = time.perf_counter()
         try:
             await self.app(scope, receive, sending)
         finally:
-            m.in_flight.dec()
+            m.open_requests -= 1
             route, method = route_of(scope), scope["method"]
-            m.latency.labels(method, route).observe(time.perf_counter() - started)
-            m.requests.labels(method, route, str(status)).inc()
+            m.observe(method, route, status, time.perf_counter() - started)
             if (method, route) == APPEND_ROUTE:
                 m.appends.labels(append_outcome(status, title)).inc()
 
@@ -199,7 +198,21 @@ class ServiceMetrics:
                                "identical retry)", ["outcome"], registry=self.registry)
         self.in_flight = Gauge("histlog_http_requests_in_flight", "HTTP requests being served (open event "
                                "streams included)", registry=self.registry)
+        self.open_requests = 0
+        """Requests in flight, counted by the middleware on the loop (read at scrape time)."""
+        self.in_flight.set_function(lambda: self.open_requests)
+        self._series: dict[tuple[str, str, int], tuple[Histogram, Counter]] = {}
         self.registry.register(EngineCollector(engine))
+
+    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count one answered request and time it (its series looked up once, then cached: the
+        labels are few, see the module)."""
+        series = self._series.get((method, route, status))
+        if series is None:
+            series = self._series[(method, route, status)] = (
+                self.latency.labels(method, route), self.requests.labels(method, route, str(status)))
+        series[0].observe(seconds)
+        series[1].inc()
 
     @property
     def middleware(self) -> Middleware:

@@ -1,9 +1,8 @@
 """How a request finds its operation and its engine: the raw-path route, query parameters
 described once (parsed from it, documented from it), and the ``Router``.
 
-- ``RawRoute`` matches on ``scope["raw_path"]``, not the decoded ``path``: an id is one
-  percent-encoded segment (``/`` is ``%2F``), so decoding before splitting would cut it in two.
-  Each ``{name}`` segment is percent-decoded (UTF-8, strict) by ``segment``.
+- Paths are matched on their raw segments by ``engine.service.dispatch``; each ``{name}``
+  segment is percent-decoded (UTF-8, strict) by ``segment``.
 - ``Param`` is a query parameter's name, kind and bounds; ``parse_query`` checks a request
   against the operation's list (unknown, repeated, malformed or out-of-range parameters are a 400
   naming the parameter) and ``engine.service.openapi`` documents the same list.
@@ -13,20 +12,17 @@ described once (parsed from it, documented from it), and the ``Router``.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote_to_bytes
 
 from starlette.requests import Request
-from starlette.routing import Match, Route
-from starlette.types import Scope
 
 from engine.aio import AsyncHistoryEngine
 from engine.service.wire import MAX_INT, history_position_of, log_position_of
 from schemas.errors import InvalidRequest
 
-__all__ = ["Param", "RawRoute", "Router", "parse_query", "segment"]
+__all__ = ["Param", "Router", "parse_query", "segment"]
 
 Kind = Literal["int", "history", "log", "bool", "unit", "str"]
 
@@ -95,30 +91,6 @@ def segment(request: Request, name: str) -> str:
         return unquote_to_bytes(raw).decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidRequest(f"path segment {name}: not UTF-8 after percent-decoding ({raw!r})") from None
-
-
-class RawRoute(Route):
-    """A ``Route`` that matches ``scope["raw_path"]`` segment by segment; each ``{name}`` is one
-    still-encoded segment, decoded by ``segment``."""
-
-    def __init__(self, path: str, endpoint: Any, *, methods: list[str], name: str) -> None:
-        super().__init__(path, endpoint, methods=methods, name=name)
-        pattern = re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", re.escape(path).replace(r"\{", "{").replace(r"\}", "}"))
-        self._raw = re.compile("^" + pattern + "$")
-
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        if scope["type"] != "http":
-            return Match.NONE, {}
-        raw = scope.get("raw_path")
-        text = raw.decode("latin-1") if raw is not None else scope["path"]
-        text = text.split("?", 1)[0]
-        found = self._raw.match(text)
-        if found is None:
-            return Match.NONE, {}
-        child = {"endpoint": self.endpoint, "path_params": {**scope.get("path_params", {}), **found.groupdict()}}
-        if self.methods and scope["method"] not in self.methods:
-            return Match.PARTIAL, child
-        return Match.FULL, child
 
 
 class Router:
