@@ -1,15 +1,17 @@
-"""The load and fault tests' parts: a real ``histlog serve`` subprocess, a deterministic workload,
-raw HTTP drivers (httpx, one pooled client per test) and the ledger that checks what was promised.
+"""The load and fault tests' parts: a real ``histlog serve`` subprocess, a deterministic workload
+and raw HTTP drivers (httpx, one pooled client per test) whose calls the tests record in a
+``tests.history_checker.History`` and check afterwards against the final histories.
 
 The drivers speak SERVICE.md directly (paths, bodies, statuses), so these tests state the wire
-contract independently of ``engine.client``; the clients are exercised on top where the brief asks
-for them (resends after a restart). Every wait is bounded and waits on a condition.
+contract independently of ``engine.client``; the clients are exercised on top where the tests ask
+for them (the load's bots, resends after a restart). Every wait is bounded and waits on a condition.
 
-What the ledger promises to check (SERVICE.md "Routes", the facade's append contract):
-* every acknowledged append (a 200 Receipt) is readable afterwards, its messages in order, once;
-* no append id appears twice in a conversation, acknowledged or not;
-* a receipt names its batch (ids, the digest computed here) and no two receipts share a position;
-* an identical resend returns the identical receipt (digest and position).
+What the checker then promises (``tests/history_checker.py``; SERVICE.md "Routes", the facade's
+append contract): every acknowledged append (a 200 Receipt) is readable afterwards, whole, in
+order, once; nothing is stored that was not sent; a receipt names its batch (ids, the digest
+computed here), no two share a log position, and the log's order is the history's; an identical
+resend returns the identical receipt; a read never shows a state that did not exist, and a read
+``at_least`` a receipt shows that append.
 """
 
 from __future__ import annotations
@@ -21,9 +23,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
@@ -31,12 +32,12 @@ from urllib.parse import quote
 import httpx
 import orjson
 
-from schemas import Batch, Message, Receipt
+from schemas import Batch, HistoryPosition, Message, Receipt, StoredMessage, errors
+from schemas.ids import AppendID
 from tests.reliability.pipe_lines import PipeLines
 
-__all__ = ["CONVERSATIONS", "Attempt", "Ledger", "ServerProcess", "append", "batch_of", "conversation_of",
-           "entries", "pool", "refuses_connections", "run_clients",
-           "wait_ready", "window"]
+__all__ = ["CONVERSATIONS", "START_S", "RawHTTP", "ServerProcess", "append_body", "append_path", "batch_of",
+           "conversation_of", "pool", "refuses_connections", "run_clients", "wait_ready"]
 
 REPO = Path(__file__).resolve().parents[2]
 START_S = 60.0  # bound on a server start (replay included) and on its exit
@@ -67,96 +68,55 @@ def append_body(b: Batch) -> bytes:
     return orjson.dumps({"messages": [orjson.Fragment(m.model_dump_json()) for m in b.messages]})
 
 
-async def append(http: httpx.AsyncClient, b: Batch) -> Receipt:
-    """PUT the batch; its Receipt on 200, else ``AssertionError`` naming the status and body
-    (transport errors propagate as httpx's own)."""
-    r = await http.put(append_path(b), content=append_body(b), headers={"content-type": "application/json"})
-    assert r.status_code == 200, f"append {b.append_id}: {r.status_code} {r.text[:300]}"
-    return Receipt.from_dict(r.json())
+class RawHTTP:
+    """The calls the load tests make, spoken as SERVICE.md states them on one pooled
+    ``httpx.AsyncClient``: the method names of ``AsyncHistoryClient`` (so ``AsyncRecorded`` records
+    them), the wire parsed here rather than by ``engine.client``. An error answer raises the
+    class its problem+json names, with its detail; an answer that is no histlog problem (a 500, a
+    proxy's page) raises ``AssertionError`` naming the status and body; transport errors
+    propagate as httpx's own."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def append(self, b: Batch) -> Receipt:
+        """``PUT .../appends/{a}``: the Receipt of a 200."""
+        r = await self.http.put(append_path(b), content=append_body(b), headers={"content-type": "application/json"})
+        return Receipt.from_dict(_answer(r, f"append {b.append_id}"))
+
+    async def entries(self, conversation: str) -> list[StoredMessage]:
+        """``GET .../messages``: every visible StoredMessage."""
+        r = await self.http.get(f"/v1/conversations/{_seg(conversation)}/messages")
+        return [_stored(row) for row in _answer(r, f"messages of {conversation!r}")["messages"]]
+
+    async def window(self, conversation: str, limit: int) -> list[Message]:
+        """``GET .../window?limit=``: the last ``limit`` messages as Message objects."""
+        r = await self.http.get(f"/v1/conversations/{_seg(conversation)}/window", params={"limit": limit})
+        return [Message.model_validate(m) for m in _answer(r, f"window of {conversation!r}")["messages"]]
+
+    async def finals(self, conversations: Iterable[str]) -> dict[str, list[StoredMessage]]:
+        """The final entries of each conversation: one member's part of ``check``'s ``finals``."""
+        return {c: await self.entries(c) for c in conversations}
 
 
-async def entries(http: httpx.AsyncClient, conversation: str, at_least: Receipt | None = None) -> list[dict[str, Any]]:
-    """``GET .../messages`` (every visible StoredMessage), optionally read-your-writes."""
-    params = {} if at_least is None else {"at_least": f"{at_least.position.partition}:{at_least.position.offset}"}
-    r = await http.get(f"/v1/conversations/{_seg(conversation)}/messages", params=params)
-    assert r.status_code == 200, f"messages of {conversation!r}: {r.status_code} {r.text[:300]}"
-    out: list[dict[str, Any]] = r.json()["messages"]
-    return out
+def _answer(r: httpx.Response, what: str) -> Any:
+    """A 200's JSON, else the error the answer names (see ``RawHTTP``)."""
+    if r.status_code == 200:
+        return r.json()
+    problem = r.json() if r.headers.get("content-type", "").startswith("application/problem+json") else {}
+    cls = getattr(errors, str(problem.get("title", "")), None)
+    assert isinstance(cls, type) and issubclass(cls, errors.HistoryError), \
+        f"{what}: {r.status_code} is not a histlog problem: {r.text[:300]}"
+    exc = cls.__new__(cls)  # some classes' constructors want more than the message
+    Exception.__init__(exc, f"{what}: {r.status_code} {problem.get('detail')}")
+    raise exc
 
 
-async def window(http: httpx.AsyncClient, conversation: str, limit: int) -> list[dict[str, Any]]:
-    """``GET .../window?limit=`` (the last ``limit`` messages as Message objects)."""
-    r = await http.get(f"/v1/conversations/{_seg(conversation)}/window", params={"limit": limit})
-    assert r.status_code == 200, f"window of {conversation!r}: {r.status_code} {r.text[:300]}"
-    out: list[dict[str, Any]] = r.json()["messages"]
-    return out
-
-
-@dataclass
-class Attempt:
-    """One append sent: its batch and, once the server answered 200, its receipt."""
-
-    batch: Batch
-    receipt: Receipt | None = None
-
-
-@dataclass
-class Ledger:
-    """Every append attempted (in send order) and what the server acknowledged."""
-
-    attempts: dict[str, Attempt] = field(default_factory=dict)  # by append id (unique in the workload)
-
-    def sent(self, b: Batch) -> Attempt:
-        return self.attempts.setdefault(str(b.append_id), Attempt(b))
-
-    def acknowledged(self) -> list[Attempt]:
-        return [a for a in self.attempts.values() if a.receipt is not None]
-
-    def conversations(self) -> list[str]:
-        return sorted({str(a.batch.conversation_id) for a in self.attempts.values()})
-
-    def check_receipts(self) -> None:
-        """Each receipt names its batch (ids, digest) and holds a log position of its own."""
-        positions: Counter[tuple[int, int]] = Counter()
-        for a in self.acknowledged():
-            r = a.receipt
-            assert r is not None  # Invariant: acknowledged() keeps only attempts with receipts.
-            assert (str(r.conversation_id), str(r.append_id), r.digest) == (
-                str(a.batch.conversation_id), str(a.batch.append_id), a.batch.digest), f"receipt {r} is not its batch's"
-            positions[(r.position.partition, r.position.offset)] += 1
-        shared = [p for p, n in positions.items() if n > 1]
-        assert not shared, f"receipts share log positions {shared[:5]}"
-
-    def check_history(self, histories: dict[str, list[dict[str, Any]]], *, all_present: bool = False) -> set[str]:
-        """Every acknowledged append readable once, whole and in order; no append id twice;
-        nothing the workload did not send. With ``all_present``, every attempt must be there
-        (after resending everything). Returns the append ids found."""
-        found: set[str] = set()
-        for conv, rows in histories.items():
-            runs: list[tuple[str, list[str]]] = []  # consecutive rows of one append id
-            for row in rows:
-                if runs and runs[-1][0] == row["append_id"]:
-                    runs[-1][1].append(row["message"]["parts"][0]["text"])
-                else:
-                    runs.append((row["append_id"], [row["message"]["parts"][0]["text"]]))
-            ids = [aid for aid, _ in runs]
-            twice = [aid for aid, n in Counter(ids).items() if n > 1]
-            assert not twice, f"{conv!r}: append ids stored twice: {twice[:5]}"
-            for aid, texts in runs:
-                attempt = self.attempts.get(aid)
-                assert attempt is not None, f"{conv!r}: an append nobody sent: {aid!r}"
-                assert str(attempt.batch.conversation_id) == conv, f"{aid} stored in {conv!r}"
-                assert texts == [m.text() for m in attempt.batch.messages], f"{conv!r}: {aid} torn or changed: {texts}"
-            found.update(ids)
-        missing = sorted(str(a.batch.append_id) for a in self.acknowledged() if str(a.batch.append_id) not in found)
-        assert not missing, f"{len(missing)} acknowledged appends are not readable: {missing[:5]}"
-        if all_present:
-            absent = sorted(set(self.attempts) - found)
-            assert not absent, f"{len(absent)} resent appends are not readable: {absent[:5]}"
-        return found
-
-    async def read_all(self, http: httpx.AsyncClient) -> dict[str, list[dict[str, Any]]]:
-        return {c: await entries(http, c) for c in self.conversations()}
+def _stored(row: dict[str, Any]) -> StoredMessage:
+    """A StoredMessage from its wire form (SERVICE.md "Representations")."""
+    return StoredMessage(row["id"], Message.model_validate(row["message"]), HistoryPosition.parse(row["position"]),
+                         AppendID(row["append_id"]), datetime.fromisoformat(row["created_at"]),
+                         row.get("superseded_by"), row.get("reason"))
 
 
 async def run_clients(n: int, work: Callable[[int], Awaitable[None]]) -> None:

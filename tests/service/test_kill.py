@@ -1,12 +1,14 @@
 """Faults under load, on a real ``histlog serve`` subprocess over an embedded data dir (fsync
-"always"): kill -9 mid-load and restart, and SIGTERM mid-load (it drains).
+"always"): kill -9 mid-load and restart, and SIGTERM mid-load (it drains). Every append is
+recorded in a ``History`` and the history checker judges the final entries.
 
-kill -9: every receipt the server gave before it died stays readable, none duplicated, and every
-client resending every batch it sent (acknowledged or not) gets, for the acknowledged ones, the
-identical receipt; the unacknowledged ones land once (a commit the kill hid is deduplicated).
+kill -9: every receipt the server gave before it died stays readable, none duplicated (the
+checker, before and after the resends); then every client resends every batch it sent
+(acknowledged or not) and gets, for the acknowledged ones, the identical receipt, and the
+unacknowledged ones land once (a commit the kill hid is deduplicated): nothing left unacknowledged.
 
 SIGTERM: the server stops accepting, answers every request it had read (200), exits 0; a request
-that got no answer was never read, so it is not in the history.
+that got no answer was never read, so it is not in the history (none of the unknowns landed).
 """
 
 from __future__ import annotations
@@ -15,19 +17,18 @@ import asyncio
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import httpx
 
 from engine import AsyncHistoryClient
-from schemas import Receipt
+from schemas import Batch, Receipt
+from tests.history_checker import AsyncRecorded, History, Report, check
 from tests.service.load_support import (
     START_S,
-    Attempt,
-    Ledger,
+    RawHTTP,
     ServerProcess,
-    append,
     append_body,
     append_path,
     batch_of,
@@ -42,9 +43,10 @@ PER_CLIENT = 8  # 512 appends at most
 KILL_AFTER = 160  # acknowledged appends before the signal: by count, never by time
 
 
-async def _load_until_signal(server: ServerProcess, ledger: Ledger, send_signal: Callable[[], None]) -> int:
-    """64 clients append until each meets a dead connection or sent its batches; after
-    ``KILL_AFTER`` acknowledgements, ``send_signal()`` once. Returns how many appends got no answer."""
+async def _load_until_signal(server: ServerProcess, history: History, send_signal: Callable[[], None]) -> int:
+    """64 clients append (raw HTTP, recorded) until each meets a dead connection or sent its
+    batches; after ``KILL_AFTER`` acknowledgements, ``send_signal()`` once. Returns how many
+    appends got no answer (recorded as unknown)."""
     acks = 0
     unanswered = 0
     signalled = False
@@ -53,12 +55,13 @@ async def _load_until_signal(server: ServerProcess, ledger: Ledger, send_signal:
 
         async def client(k: int) -> None:
             nonlocal acks, unanswered, signalled
+            me = AsyncRecorded(RawHTTP(http), history, k)
             for i in range(PER_CLIENT):
-                attempt = ledger.sent(batch_of(k, i))
+                batch = batch_of(k, i)
                 try:
-                    attempt.receipt = await append(http, attempt.batch)
+                    await me.append(batch)
                 except httpx.TimeoutException:
-                    raise AssertionError(f"append {attempt.batch.append_id} hung: no answer, no disconnect") from None
+                    raise AssertionError(f"append {batch.append_id} hung: no answer, no disconnect") from None
                 except httpx.TransportError:
                     unanswered += 1
                     return  # the server went away under this request: its fate is unknown to us
@@ -72,40 +75,46 @@ async def _load_until_signal(server: ServerProcess, ledger: Ledger, send_signal:
     return unanswered
 
 
+async def _checked(url: str, history: History) -> Report:
+    """The checker's report on the server at ``url`` (its final entries, read over raw HTTP)."""
+    async with pool(url, 4) as http:
+        await wait_ready(http)
+        return check(history, {"server": await RawHTTP(http).finals(history.conversations())}).assert_valid()
+
+
 def test_kill9_mid_load_then_restart_keeps_every_receipt_and_resends_match(tmp_path: Path) -> None:
-    data, ledger = tmp_path / "data", Ledger()
+    data, history = tmp_path / "data", History()
     with ServerProcess(data, tmp_path / "server.log") as server:
-        unanswered = asyncio.run(_load_until_signal(server, ledger, server.kill))
+        unanswered = asyncio.run(_load_until_signal(server, history, server.kill))
         assert server.wait() == -signal.SIGKILL
     assert unanswered > 0, "the kill landed after the load, not in the middle of it"
-    acknowledged = {str(a.batch.append_id): a.receipt for a in ledger.acknowledged()}
+    acknowledged = [o for o in history.ops if o.outcome == "ok"]
     assert len(acknowledged) >= KILL_AFTER
 
     with ServerProcess(data, tmp_path / "server-2.log") as again:
-        asyncio.run(_after_restart(again.url, ledger, acknowledged))
+        before = asyncio.run(_checked(again.url, history))  # every receipt readable, before any resend
+        assert len(before.never_ok) == unanswered
+        asyncio.run(_resend_everything(again.url, history))
+        after = asyncio.run(_checked(again.url, history))
+    assert not after.never_ok, f"resent appends still unacknowledged: {sorted(after.never_ok)[:5]}"
+    sent = {(str(o.args["batch"].conversation_id), str(o.args["batch"].append_id)) for o in history.ops}
+    assert after.found == sent, "every batch sent is stored after the resends"
 
 
-async def _after_restart(url: str, ledger: Ledger, acknowledged: dict[str, Receipt | None]) -> None:
-    async with pool(url, CLIENTS) as http:
-        await wait_ready(http)
-        ledger.check_receipts()
-        ledger.check_history(await ledger.read_all(http))
-        sent_by: dict[int, list[Attempt]] = {}
-        for a in ledger.attempts.values():  # append ids are "a-CLIENT-I" (batch_of)
-            sent_by.setdefault(int(str(a.batch.append_id).split("-")[1]), []).append(a)
+async def _resend_everything(url: str, history: History) -> None:
+    """Each client resends what it sent, in its order, through an ``AsyncHistoryClient`` (which
+    retries); the checker then requires the acknowledged ones' receipts to be the first ones."""
+    sent_by: dict[Hashable, list[Batch]] = {}
+    for o in history.ops:
+        sent_by.setdefault(o.process, []).append(o.args["batch"])
 
-        async def resend(k: int) -> None:  # each client resends what it sent, in its order
-            async with AsyncHistoryClient(url) as bot:
-                for a in sent_by.get(k, []):
-                    receipt = await bot.append(a.batch)
-                    if a.receipt is not None:
-                        assert receipt == a.receipt, f"resent {a.batch.append_id}: {receipt} != {a.receipt}"
-                    a.receipt = receipt
+    async def resend(k: int) -> None:
+        async with AsyncHistoryClient(url) as bot:
+            me = AsyncRecorded(bot, history, f"resend-{k}")
+            for batch in sent_by.get(k, []):
+                await me.append(batch)
 
-        await run_clients(CLIENTS, resend)
-        ledger.check_receipts()
-        ledger.check_history(await ledger.read_all(http), all_present=True)
-    assert all(ledger.attempts[aid].receipt == r for aid, r in acknowledged.items())
+    await run_clients(CLIENTS, resend)
 
 
 class SlowAppend:
@@ -146,32 +155,22 @@ async def _answered_probe(url: str) -> None:
 
 
 def test_sigterm_under_load_drains_in_flight_requests_and_exits_0(tmp_path: Path) -> None:
-    data, ledger = tmp_path / "data", Ledger()
+    data, history = tmp_path / "data", History()
     with ServerProcess(data, tmp_path / "server.log") as server:
+        in_flight = history.invoke("slow", "append", {"batch": batch_of(CLIENTS, 0)})
         slow = SlowAppend(server.url)
         asyncio.run(_answered_probe(server.url))  # the slow append's headers are read: it is in flight
-        unanswered = asyncio.run(_load_until_signal(server, ledger, server.terminate))
+        unanswered = asyncio.run(_load_until_signal(server, history, server.terminate))
         deadline = time.monotonic() + START_S
         while not refuses_connections(server.url):  # the signal is handled: no new connections
             assert time.monotonic() < deadline, "the server still accepts connections after SIGTERM"
             time.sleep(0.02)
         status, body = slow.finish()
         assert status == 200, f"the append in flight at SIGTERM got {status}: {body[:300]!r}"
-        slow_receipt = Receipt.from_json(body)
+        history.ok(in_flight, Receipt.from_json(body))
         assert server.wait() == 0, f"exit after SIGTERM; log: {server.stderr()[-2000:]}"
-    ledger.sent(slow.batch).receipt = slow_receipt
-    never_answered = {str(a.batch.append_id) for a in ledger.attempts.values() if a.receipt is None}
-    assert len(never_answered) == unanswered
 
     with ServerProcess(data, tmp_path / "server-2.log") as again:
-        found = asyncio.run(_read_back(again.url, ledger))
-    read_but_unanswered = sorted(never_answered & found)
-    assert not read_but_unanswered, f"appends stored but never answered (not drained): {read_but_unanswered[:5]}"
-
-
-async def _read_back(url: str, ledger: Ledger) -> set[str]:
-    async with pool(url, 4) as http:
-        await wait_ready(http)
-        ledger.check_receipts()
-        return ledger.check_history(await ledger.read_all(http))
-
+        report = asyncio.run(_checked(again.url, history))
+    assert len(report.never_ok) == unanswered
+    assert not report.landed, f"appends stored but never answered (not drained): {sorted(report.landed)[:5]}"
