@@ -285,3 +285,30 @@ class OverAsyncHTTP:
     @pytest.fixture
     def backend(self, tmp_path: Path) -> HTTPBackend:
         return AsyncHTTPBackend(tmp_path / "data", self.partitions)
+
+
+class KafkaHTTPBackend:
+    """A Kafka engine served over HTTP: ``open(state)`` opens an instance on the topic (its own
+    state directory) behind a new server and hands back its client; ``drop_state()`` as
+    ``KafkaBackend``'s."""
+
+    def __init__(self, kafka: KafkaBackend) -> None:
+        self.kafka = kafka
+
+    def open(self, state: Path | None = None) -> ServedClient:
+        return ServedClient(self.kafka.open(state))
+
+    def drop_state(self) -> None:
+        self.kafka.drop_state()
+
+
+class OverHTTPOnKafka:
+    """Runs the contract through ``HistoryClient`` -> ``histlog`` server -> an engine on a real
+    broker (a fresh topic per test, the state under ``tmp_path``)."""
+
+    partitions: ClassVar[int] = 1
+
+    @pytest.fixture
+    def backend(self, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaHTTPBackend:
+        return KafkaHTTPBackend(KafkaBackend(kafka_bootstrap, kafka_topic, tmp_path / "state",
+                                             partitions=self.partitions))
