@@ -1,4 +1,5 @@
-"""docker-compose.yml: Apache Kafka (KRaft) + a histlog container, wired so they can talk."""
+"""docker-compose.yml: Apache Kafka (KRaft), a histlog container running the demo, and one running
+``histlog serve``, wired so they can talk."""
 
 from __future__ import annotations
 
@@ -73,8 +74,8 @@ def histlog_bootstrap(histlog: dict[str, Any]) -> str:
     return histlog_setting(histlog, "--kafka", "HISTLOG_KAFKA")
 
 
-def test_two_services(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {"kafka", "histlog"}
+def test_three_services(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) == {"kafka", "histlog", "serve"}
 
 
 def test_kafka_image_is_the_official_one_pinned_to_4x(kafka: dict[str, Any]) -> None:
@@ -172,3 +173,54 @@ def test_histlog_runs_the_demo_against_kafka_with_explicit_flags(histlog: dict[s
 
 def test_histlog_waits_for_a_healthy_kafka(histlog: dict[str, Any]) -> None:
     assert histlog["depends_on"]["kafka"]["condition"] == "service_healthy"
+
+
+@pytest.fixture(scope="module")
+def serve(compose: dict[str, Any]) -> dict[str, Any]:
+    service: dict[str, Any] = compose["services"]["serve"]
+    return service
+
+
+def serve_words(serve: dict[str, Any]) -> list[str]:
+    """The ``histlog ...`` command the serve container execs (after installing the server extra)."""
+    words = histlog_command(serve)
+    assert words[:3] == ["pip", "install", "-q"] and words[3] == "-e" and words[4] == ".[server]", words
+    start = words.index("exec")
+    return words[start + 1:]
+
+
+def test_serve_runs_histlog_serve_on_the_broker_with_flags_the_cli_accepts(
+        serve: dict[str, Any], histlog: dict[str, Any], kenv: dict[str, str]) -> None:
+    from engine.cli.parser import build_parser
+
+    words = serve_words(serve)
+    assert words[0] == "histlog"
+    ns = build_parser().parse_args(words[1:])
+    assert ns.command == "serve"
+    advertised = {f"{h}:{p}" for h, p in listeners(kenv["KAFKA_ADVERTISED_LISTENERS"]).values()}
+    assert ns.kafka in advertised and ns.kafka.startswith("kafka:")
+    assert ns.topic == histlog_setting(histlog, "--topic", "HISTLOG_TOPIC")  # it serves what the demo wrote
+
+
+def test_serve_listens_on_its_container_but_publishes_to_the_host_loopback_only(serve: dict[str, Any]) -> None:
+    """A non-loopback --listen without a token is refused unless --insecure: the compose file may
+    say --insecure only because the published port is bound to the host's 127.0.0.1."""
+    from engine.cli.parser import build_parser
+
+    ns = build_parser().parse_args(serve_words(serve)[1:])
+    host, _, port = ns.listen.rpartition(":")
+    assert host == "0.0.0.0"
+    if ns.insecure:
+        assert serve["ports"] == [f"127.0.0.1:{port}:{port}"]
+
+
+def test_serve_keeps_its_state_in_a_named_volume_and_is_healthy_when_ready(compose: dict[str, Any],
+                                                                           serve: dict[str, Any]) -> None:
+    from engine.cli.parser import build_parser
+
+    ns = build_parser().parse_args(serve_words(serve)[1:])
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in serve["volumes"]}
+    assert mounts[ns.state] in compose["volumes"]
+    test = " ".join(serve["healthcheck"]["test"])
+    assert f"127.0.0.1:{ns.listen.rpartition(':')[2]}/readyz" in test
+    assert serve["depends_on"]["kafka"]["condition"] == "service_healthy"
