@@ -1,7 +1,8 @@
 """histlog's benchmarks. Each module has ``run(quick=False) -> dict`` and ``report(dict) -> str``
 and measures against a baseline in the same run (ratios, never absolute pass/fail gates).
 
-``python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`` or ``histlog bench`` runs them:
+``python -m bench [NAME ...] [--quick] [--only NAME[,NAME]] [--json PATH]`` or ``histlog bench
+[NAME ...]`` runs them (all when none is named):
 schemas, codec, log, engine, reads (the read projections vs ``read()`` + Python), middleware, turns,
 kafka (a real broker: ``HISTLOG_KAFKA`` or one started from the Maven Central jars with ``scripts/kafka``), and
 service (``histlog serve`` vs the same engine in process).
@@ -25,11 +26,12 @@ NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "k
 def run_all(argv: list[str] | None = None) -> int:
     """Run the selected benchmarks, print each table, write all results as JSON; exit status."""
     parser = argparse.ArgumentParser(prog="histlog bench", description=__doc__)
+    parser.add_argument("names", nargs="*", metavar="NAME", help=f"which benchmarks: {', '.join(NAMES)} (default all)")
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
-    parser.add_argument("--only", default=",".join(NAMES), help=f"comma-separated subset of {', '.join(NAMES)}")
+    parser.add_argument("--only", default="", help="the same as NAME ..., comma-separated")
     parser.add_argument("--json", default="bench/results/latest.json", help="where to write the results")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    names = [*args.names, *(n.strip() for n in args.only.split(",") if n.strip())] or list(NAMES)
     unknown = [n for n in names if n not in NAMES]
     if unknown:
         print(f"histlog bench: unknown benchmark {unknown[0]!r}; choose from {', '.join(NAMES)}", file=sys.stderr)

@@ -189,9 +189,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("bench", cmd_bench, "run the benchmarks (prints tables and writes a JSON)",
                 "Run the benchmarks of bench/ (source checkout only): each prints ratios against a baseline "
                 "measured in the same run. The kafka one uses HISTLOG_KAFKA or starts a broker with scripts/kafka.")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help="which benchmarks (default all): schemas codec log engine reads middleware turns kafka "
+                        "service, e.g. histlog bench service")
     p.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
-    p.add_argument("--only", metavar="NAMES",
-                   help="comma-separated subset: schemas,codec,log,engine,reads,middleware,turns,kafka")
+    p.add_argument("--only", metavar="NAMES", help="the same as NAME..., comma-separated")
     p.add_argument("--json", metavar="PATH", help="where to write the results (default bench/results/latest.json)")
     return parser
 

@@ -106,7 +106,7 @@ def cmd_bench(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     except ImportError:  # an installed wheel: no bench/ beside the package
         raise Unsupported("histlog bench runs from a source checkout (pip install -e .); "
                           "bench/ is not installed") from None
-    args = ["--quick"] if ns.quick else []
+    args = [*ns.names, *(["--quick"] if ns.quick else [])]
     if ns.only:
         args += ["--only", ns.only]
     if ns.json:

@@ -466,9 +466,10 @@ def test_tail_follows_until_sigterm(follower: subprocess.Popen[str]) -> None:
     assert follower.wait(timeout=30) == 0
 
 
-def test_bench_runs_a_quick_benchmark_and_writes_json(capsys: Capsys, tmp_path: Path) -> None:
+@pytest.mark.parametrize("chosen", [("codec",), ("--only", "codec")], ids=["positional", "only"])
+def test_bench_runs_a_quick_benchmark_and_writes_json(capsys: Capsys, tmp_path: Path, chosen: tuple[str, ...]) -> None:
     out_json = tmp_path / "bench.json"
-    code, out, _ = run(capsys, "bench", "--quick", "--only", "codec", "--json", str(out_json))
+    code, out, _ = run(capsys, "bench", *chosen, "--quick", "--json", str(out_json))
     assert code == 0
     assert "encode+decode" in out
     data = json.loads(out_json.read_text())
@@ -477,6 +478,7 @@ def test_bench_runs_a_quick_benchmark_and_writes_json(capsys: Capsys, tmp_path: 
 
 def test_bench_rejects_an_unknown_benchmark(capsys: Capsys) -> None:
     assert run(capsys, "bench", "--only", "nope")[0] == 2
+    assert run(capsys, "bench", "nope")[0] == 2
 
 
 def test_turns_replace_turn_and_include_hidden(capsys: Capsys, data: str) -> None:
