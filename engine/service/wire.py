@@ -222,27 +222,33 @@ def body_tree(body: bytes) -> Any:
         raise InvalidRequest(f"request body: {exc}") from None
 
 
-def _fail(exc: ValidationError, what: str, first_field: str | None) -> HistoryError:
-    """A ValidationError as the typed error of the field it names: ``InvalidBatch`` for the
-    messages, ``InvalidRequest`` for the envelope; the detail names the field."""
+_BATCH_FIELDS = (("messages",), ("replaces", "turn_id"), ("replaces", "reason"))
+"""The members of an append body whose bad values are the facade's ``InvalidBatch`` (a message;
+``replace_turn``'s turn id and reason), so a caller sees the same class in process and over HTTP."""
+
+
+def _fail(exc: ValidationError, what: str, batch_fields: tuple[tuple[str, ...], ...] = ()) -> HistoryError:
+    """A ValidationError as the typed error of the field it names: ``InvalidBatch`` for one of
+    ``batch_fields``, ``InvalidRequest`` for the rest of the envelope; the detail names the field."""
     err = invalid(exc, what)
     text = str(err)
-    first = exc.errors(include_url=False)[0].get("loc", ()) if exc.errors() else ()
-    if first_field is not None and first and first[0] == first_field:
+    first = tuple(exc.errors(include_url=False)[0].get("loc", ())) if exc.errors() else ()
+    if any(first[:len(f)] == f for f in batch_fields):
         return InvalidBatch(text)
     return InvalidRequest(text)
 
 
 def append_body_of(body: bytes) -> AppendBody:
     """Parse and validate the body of an append. Raises ``InvalidRequest`` (not JSON, unknown
-    member, wrong type; ``expected_last`` with ``replaces``), ``InvalidBatch`` (a message)."""
+    member, wrong type; ``expected_last`` with ``replaces``), ``InvalidBatch`` (a message, or
+    ``replaces``' turn id or reason, as ``replace_turn`` does)."""
     tree = body_tree(body)
     if not isinstance(tree, dict):
         raise InvalidRequest(f'request body: expected a JSON object {{"messages": [...]}}, got {_kind(tree)}')
     try:
         parsed = AppendBody.model_validate({k: v if k == "messages" else _plain(v) for k, v in tree.items()})
     except ValidationError as exc:
-        raise _fail(exc, "request", "messages") from None
+        raise _fail(exc, "request", _BATCH_FIELDS) from None
     if parsed.expected_last is not None and parsed.replaces is not None:
         raise InvalidRequest("request body: give expected_last or replaces, not both")
     return parsed

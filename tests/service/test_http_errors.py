@@ -50,7 +50,11 @@ def problem(result: tuple[int, dict[str, str], Any], status: int, title: str, *w
      '{"conversation_id": "c", "append_id": "a", "digest": "sha256:' + "0" * 64 + '", '
      '"position": {"partition": -1, "offset": 0}}}', "InvalidRequest", ("expected_last", "partition")),
     ('{"messages": [' + '{"role":"user","parts":[{"kind":"text","text":"a"}]}' + '], "replaces": '
-     '{"turn_id": "t", "reason": "whim"}}', "InvalidRequest", ("replaces.reason",)),
+     '{"turn_id": "t", "reason": "whim"}}', "InvalidBatch", ("replaces.reason",)),  # as replace_turn's
+    ('{"messages": [' + '{"role":"user","parts":[{"kind":"text","text":"a"}]}' + '], "replaces": '
+     '{"turn_id": 7, "reason": "edit"}}', "InvalidBatch", ("replaces.turn_id",)),
+    ('{"messages": [' + '{"role":"user","parts":[{"kind":"text","text":"a"}]}' + '], "replaces": '
+     '{"turn_id": "t", "reason": "edit", "why": 1}}', "InvalidRequest", ("replaces.why",)),
     ('{"messages": [' + '{"role":"user","parts":[{"kind":"text","text":"a"}]}' + '], "replaces": '
      '{"turn_id": "t", "reason": "edit"}, "expected_last": "empty"}', "InvalidRequest", ("not both",)),
     (b'{"messages": "\xff"}', "InvalidRequest", ("UTF-8",)),
