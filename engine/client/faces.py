@@ -5,7 +5,8 @@ plan's requests go through ``engine.client.policy.exchange`` (where to send, whe
 what a failure means). The faces differ only at the I/O edge: ``_run``/``_send`` here with an
 ``httpx.Client``, ``_arun``/``_asend`` with an ``httpx.AsyncClient``, each one pooled client
 with keep-alive connections for the client's lifetime (as httpx separates one core from its two
-faces). So both faces have the same methods, arguments, results, typed errors and retries.
+faces), as a few small pools (``engine.client.pools``: httpx's pool slows down with the square of
+the requests in flight on it). So both faces have the same methods, arguments, results, typed errors and retries.
 
 A ``HistoryClient`` is safe to share between threads (httpx's pool is); an
 ``AsyncHistoryClient`` belongs to one event loop.
@@ -27,6 +28,7 @@ from engine.arguments import EMPTY, check_timeout
 from engine.client import calls
 from engine.client.calls import Plan
 from engine.client.policy import Answer, Endpoints, Failure, Pause, Request, Send, exchange
+from engine.client.pools import PER_POOL, Pools
 from schemas.canonical import _Num
 from schemas.errors import InvalidRequest
 
@@ -34,6 +36,9 @@ __all__ = ["AsyncHistoryClient", "HistoryClient"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
+
+_LIMITS = httpx.Limits(max_connections=PER_POOL, max_keepalive_connections=PER_POOL)
+"""One small pool's connections (``engine.client.pools`` says why several small pools)."""
 
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 """Transport failures after which the request cannot have reached the server."""
@@ -112,8 +117,7 @@ class HistoryClient(_Face):
 
     def __init__(self, url_or_urls: str | Sequence[str], *, token: str | None = None, timeout: float = 30.0) -> None:
         super().__init__(url_or_urls, token=token, timeout=timeout)
-        self._http = httpx.Client(headers=self._headers, timeout=self._timeout,
-                                  limits=httpx.Limits(max_connections=100, max_keepalive_connections=100))
+        self._http = Pools(lambda: httpx.Client(headers=self._headers, timeout=self._timeout, limits=_LIMITS))
 
     append = _sync(calls.append)
     replace_turn = _sync(calls.replace_turn)
@@ -135,7 +139,8 @@ class HistoryClient(_Face):
 
     def close(self) -> None:
         """Close the pooled connections. Idempotent."""
-        self._http.close()
+        for pool in self._http.close():
+            pool.close()
 
     def __enter__(self) -> HistoryClient:
         return self
@@ -171,8 +176,9 @@ class HistoryClient(_Face):
     def _send(self, step: Send) -> Answer | Failure:
         r = step.request
         try:
-            return _answer(self._http.request(r.method, step.base + r.path, params=r.params, content=r.body,
-                                              timeout=step.timeout))
+            with self._http.lease() as http:
+                return _answer(http.request(r.method, step.base + r.path, params=r.params, content=r.body,
+                                            timeout=step.timeout))
         except httpx.TransportError as exc:
             return _failure(exc)
 
@@ -183,8 +189,7 @@ class AsyncHistoryClient(_Face):
 
     def __init__(self, url_or_urls: str | Sequence[str], *, token: str | None = None, timeout: float = 30.0) -> None:
         super().__init__(url_or_urls, token=token, timeout=timeout)
-        self._http = httpx.AsyncClient(headers=self._headers, timeout=self._timeout,
-                                       limits=httpx.Limits(max_connections=100, max_keepalive_connections=100))
+        self._http = Pools(lambda: httpx.AsyncClient(headers=self._headers, timeout=self._timeout, limits=_LIMITS))
 
     append = _async(calls.append)
     replace_turn = _async(calls.replace_turn)
@@ -206,7 +211,8 @@ class AsyncHistoryClient(_Face):
 
     async def close(self) -> None:
         """Close the pooled connections. Idempotent."""
-        await self._http.aclose()
+        for pool in self._http.close():
+            await pool.aclose()
 
     async def __aenter__(self) -> AsyncHistoryClient:
         return self
@@ -243,7 +249,8 @@ class AsyncHistoryClient(_Face):
     async def _asend(self, step: Send) -> Answer | Failure:
         r = step.request
         try:
-            return _answer(await self._http.request(r.method, step.base + r.path, params=r.params, content=r.body,
-                                                    timeout=step.timeout))
+            with self._http.lease() as http:
+                return _answer(await http.request(r.method, step.base + r.path, params=r.params, content=r.body,
+                                                  timeout=step.timeout))
         except httpx.TransportError as exc:
             return _failure(exc)
