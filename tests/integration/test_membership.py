@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 
+from engine.cluster import Membership, OwnershipMap
 from engine.log.kafka_topic import CLIENT_TUNING
+from schemas.errors import InvalidConfiguration
 from tests.kafka_broker import unique_topic
 
 pytestmark = pytest.mark.kafka
@@ -301,3 +303,45 @@ def test_a_paused_member_revokes_before_it_rejoins(spawn: Callable[[int], Member
             assert paused.url not in e["owners"].values(), e
     wait_converged(members, REBALANCE_BOUND_S + SESSION_S)  # then it rejoins and gets a share again
     assert paused.owned(), "the woken member rejoined and was given partitions"
+
+
+# --------------------------------------------------------------------------- in this process
+
+
+def test_an_unknown_topic_is_refused(kafka_bootstrap: str) -> None:
+    with pytest.raises(InvalidConfiguration, match="does not exist"):
+        Membership(kafka_bootstrap, unique_topic("absent"), "g-absent", "http://127.0.0.1:9001",
+                   session_timeout=SESSION_S)
+
+
+def test_callbacks_come_in_order_and_a_raising_one_does_not_stop_the_member(kafka_bootstrap: str,
+                                                                            topic: str) -> None:
+    calls: list[tuple[str, Any]] = []
+
+    def on_assigned(parts: frozenset[int]) -> None:
+        calls.append(("assigned", parts))
+        raise RuntimeError("a faulty host callback")
+
+    def on_change(m: OwnershipMap) -> None:
+        calls.append(("map", m))
+
+    member = Membership(kafka_bootstrap, topic, f"g-{topic}", "http://127.0.0.1:9001", session_timeout=SESSION_S,
+                        on_assigned=on_assigned, on_revoked=lambda ps: calls.append(("revoked", ps)),
+                        on_change=on_change)
+    try:
+        assert member.wait_joined(JOIN_BOUND_S)
+        assert member.owned == frozenset(range(PARTITIONS)) and member.lease_valid()
+        mp = member.map
+        assert mp.generation >= 0 and mp.partitions == PARTITIONS
+        assert all(mp.owns(p) for p in range(PARTITIONS))
+        assert calls[0] == ("assigned", frozenset(range(PARTITIONS)))  # the map follows the assignment
+        assert any(kind == "map" and value == mp for kind, value in calls[1:])
+    finally:
+        started = time.monotonic()
+        member.close()
+        closing = time.monotonic() - started
+    assert closing < 5.0 + 1.0, closing  # bounded by close_timeout
+    assert ("revoked", frozenset(range(PARTITIONS))) in calls and member.owned == frozenset()
+    last_map = next(value for kind, value in reversed(calls) if kind == "map")
+    assert last_map.generation == -1 and not any(last_map.owns(p) for p in range(PARTITIONS))
+    member.close()  # idempotent
