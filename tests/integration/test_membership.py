@@ -25,7 +25,7 @@ from kafka import KafkaAdminClient, KafkaProducer
 from engine.cluster import Membership, OwnershipMap
 from engine.log.kafka_topic import CLIENT_TUNING
 from schemas.errors import InvalidConfiguration
-from tests.kafka_broker import unique_topic
+from tests.kafka_broker import KafkaCluster, unique_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -345,3 +345,46 @@ def test_callbacks_come_in_order_and_a_raising_one_does_not_stop_the_member(kafk
     last_map = next(value for kind, value in reversed(calls) if kind == "map")
     assert last_map.generation == -1 and not any(last_map.owns(p) for p in range(PARTITIONS))
     member.close()  # idempotent
+
+
+def test_a_member_cut_off_from_kafka_stops_serving_and_serves_again_when_it_returns(
+        kafka_broker1: KafkaCluster) -> None:
+    """The lease without a frozen process: the broker goes away for longer than the session
+    timeout; the member revokes on its own (nobody can tell it), and takes partitions again once
+    Kafka answers."""
+    bootstrap = kafka_broker1.bootstrap
+    name = unique_topic("membership-cut")
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, **CLIENT_TUNING)
+    try:
+        admin.create_topics({name: {"num_partitions": 2, "replication_factor": 1}},
+                            timeout_ms=15_000, wait_for_metadata=True)
+    finally:
+        admin.close()
+    events: list[tuple[str, float, frozenset[int]]] = []
+    cond = threading.Condition()
+
+    def record(kind: str) -> Callable[[frozenset[int]], None]:
+        def callback(parts: frozenset[int]) -> None:
+            with cond:
+                events.append((kind, time.monotonic(), parts))
+                cond.notify_all()
+        return callback
+
+    member = Membership(bootstrap, name, f"g-{name}", "http://127.0.0.1:9001", session_timeout=SESSION_S,
+                        on_assigned=record("assigned"), on_revoked=record("revoked"))
+    try:
+        assert member.wait_joined(JOIN_BOUND_S) and member.owned == {0, 1}
+        kafka_broker1.stop()
+        t_down = time.monotonic()
+        with cond:
+            assert cond.wait_for(lambda: any(k == "revoked" for k, _, _ in events), SESSION_S + 5)
+        revoked_at = next(t for k, t, _ in events if k == "revoked")
+        assert member.owned == frozenset() and not member.lease_valid() and member.map.generation == -1
+        assert revoked_at - t_down <= SESSION_S, revoked_at - t_down  # before Kafka could have expired it
+        print(f"\nbroker down: the member stopped serving {revoked_at - t_down:.2f} s after the broker stopped")
+        kafka_broker1.start()
+        with cond:
+            assert cond.wait_for(lambda: events[-1][0] == "assigned", JOIN_BOUND_S + SESSION_S), events
+        assert member.owned == {0, 1} and member.lease_valid()
+    finally:
+        member.close()
