@@ -37,6 +37,11 @@ member of the consumer group ``group`` on ``topic``:
   lets a caller check it at the moment of serving.
 * **Leaving.** ``close()`` revokes, sends LeaveGroup (Kafka reassigns at once) and stops, within
   ``close_timeout``. A member killed with SIGKILL is removed by Kafka after ``session_timeout``.
+* **Restarts** (``instance_id``, Kafka's static membership, KIP-345): a member that comes back
+  with the same ``instance_id`` within ``session_timeout`` takes its place and gets the same
+  partitions back, without moving any other. The price: kafka-python sends no LeaveGroup for a
+  static member, so its ``close()`` hands over only after ``session_timeout``. Without it (the
+  default) a restart is a leave and a join, each moving only what balance needs.
 
 Errors: bad arguments raise ``InvalidConfiguration`` before any I/O; a broker that cannot be
 reached when starting raises ``LogUnavailable``; an unknown topic ``InvalidConfiguration``.
@@ -112,6 +117,7 @@ class Membership:
                  rebalance_timeout: float = 30.0,
                  request_timeout: float = 10.0,
                  close_timeout: float = 5.0,
+                 instance_id: str | None = None,
                  client_id: str | None = None) -> None:
         bootstrap = parse_bootstrap(bootstrap)
         self.topic = _check_name("topic", topic)
@@ -127,6 +133,8 @@ class Membership:
                             ("close_timeout", close_timeout)):
             if not isinstance(value, int | float) or not 0 < value <= 3600:
                 raise InvalidConfiguration(f"{name} must be a positive number of seconds; got {value!r}")
+        if instance_id is not None:
+            _check_name("instance_id", instance_id)
         for name, callback in (("on_assigned", on_assigned), ("on_revoked", on_revoked), ("on_change", on_change)):
             if not callable(callback):
                 raise InvalidConfiguration(f"{name} must be callable; got {callback!r}")
@@ -147,7 +155,8 @@ class Membership:
         try:
             self._consumer = KafkaConsumer(
                 bootstrap_servers=bootstrap, client_id=client_id or f"histlog-member-{self.group}",
-                group_id=self.group, enable_auto_commit=False, auto_offset_reset="latest",
+                group_id=self.group, group_instance_id=instance_id,
+                enable_auto_commit=False, auto_offset_reset="latest",
                 partition_assignment_strategy=[self._assignor],
                 session_timeout_ms=int(self.session_timeout * 1000),
                 heartbeat_interval_ms=int(self.heartbeat_interval * 1000),

@@ -1,6 +1,6 @@
 """One cluster member in its own process, for the membership tests (kill -9 and SIGSTOP are real).
 
-Usage: python -m tests.integration.member_runner BOOTSTRAP TOPIC GROUP ADVERTISE SESSION_TIMEOUT
+Usage: python -m tests.integration.member_runner BOOTSTRAP TOPIC GROUP ADVERTISE SESSION_TIMEOUT [INSTANCE_ID]
 
 Prints one JSON line per event on stdout (flushed), each with ``t`` = wall-clock seconds:
 ``{"event":"assigned"|"revoked","parts":[...]}``, ``{"event":"map","generation","partitions","owners"}``
@@ -42,7 +42,8 @@ def main() -> None:
         logging.basicConfig(level=os.environ["HISTLOG_MEMBER_LOG"], stream=sys.stderr,
                             format="%(asctime)s %(threadName)s %(name)s %(message)s")
     bootstrap, topic, group, advertise, session = sys.argv[1:6]
-    membership = Membership(bootstrap, topic, group, advertise, session_timeout=float(session),
+    instance_id = sys.argv[6] if len(sys.argv) > 6 else None
+    membership = Membership(bootstrap, topic, group, advertise, session_timeout=float(session), instance_id=instance_id,
                             on_assigned=lambda ps: emit("assigned", parts=sorted(ps)),
                             on_revoked=lambda ps: emit("revoked", parts=sorted(ps)),
                             on_change=on_change)

@@ -42,13 +42,16 @@ Event = dict[str, Any]
 class Member:
     """A ``member_runner`` process and the events it printed (read by a thread as they come)."""
 
-    def __init__(self, bootstrap: str, topic: str, group: str, url: str, cond: threading.Condition) -> None:
+    def __init__(self, bootstrap: str, topic: str, group: str, url: str, cond: threading.Condition,
+                 instance_id: str | None = None) -> None:
         self.url = url
         self.events: list[Event] = []
         self.cond = cond
         env = {**os.environ, "PYTHONPATH": str(REPO)}
+        static = [instance_id] if instance_id else []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.member_runner", bootstrap, topic, group, url, str(SESSION_S)],
+            [sys.executable, "-m", "tests.integration.member_runner", bootstrap, topic, group, url, str(SESSION_S),
+             *static],
             cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             text=True, bufsize=1)
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -131,14 +134,15 @@ def topic(kafka_bootstrap: str) -> str:
 
 
 @pytest.fixture
-def spawn(kafka_bootstrap: str, topic: str) -> Iterator[Callable[[int], Member]]:
-    """``spawn(n)`` starts member ``n`` (URL http://127.0.0.1:90NN) of one group; all are killed at the end."""
+def spawn(kafka_bootstrap: str, topic: str) -> Iterator[Callable[..., Member]]:
+    """``spawn(n, instance_id=None)`` starts member ``n`` (URL http://127.0.0.1:90NN) of one group;
+    all are killed at the end."""
     group = f"g-{topic}"
     members: list[Member] = []
     cond = threading.Condition()  # shared: any member's line wakes a wait on several members
 
-    def start(n: int) -> Member:
-        member = Member(kafka_bootstrap, topic, group, f"http://127.0.0.1:{9000 + n}", cond)
+    def start(n: int, instance_id: str | None = None) -> Member:
+        member = Member(kafka_bootstrap, topic, group, f"http://127.0.0.1:{9000 + n}", cond, instance_id)
         members.append(member)
         return member
 
@@ -186,8 +190,8 @@ def owners_of(member: Member) -> dict[int, str]:
     return {int(p): u for p, u in mp["owners"].items()}
 
 
-def start_group(spawn: Callable[[int], Member], n: int) -> list[Member]:
-    members = [spawn(i + 1) for i in range(n)]
+def start_group(spawn: Callable[..., Member], n: int, *, static: bool = False) -> list[Member]:
+    members = [spawn(i + 1, f"member-{i + 1}" if static else None) for i in range(n)]
     for m in members:
         m.wait_for(lambda ev: any(e["event"] == "started" for e in ev), JOIN_BOUND_S, "start")
     wait_converged(members, JOIN_BOUND_S)
@@ -197,7 +201,7 @@ def start_group(spawn: Callable[[int], Member], n: int) -> list[Member]:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_three_members_own_each_partition_once_and_agree(spawn: Callable[[int], Member], kafka_bootstrap: str,
+def test_three_members_own_each_partition_once_and_agree(spawn: Callable[..., Member], kafka_bootstrap: str,
                                                         topic: str) -> None:
     members = start_group(spawn, 3)
     generation = converged(members)
@@ -224,7 +228,7 @@ def test_three_members_own_each_partition_once_and_agree(spawn: Callable[[int], 
         admin.close()
 
 
-def test_a_join_moves_only_what_balance_needs(spawn: Callable[[int], Member]) -> None:
+def test_a_join_moves_only_what_balance_needs(spawn: Callable[..., Member]) -> None:
     members = start_group(spawn, 2)
     before = owners_of(members[0])
     marks = [m.mark() for m in members]
@@ -245,7 +249,7 @@ def test_a_join_moves_only_what_balance_needs(spawn: Callable[[int], Member]) ->
           f"({assigned_at - t0:.2f} s after its process started)")
 
 
-def test_close_hands_partitions_over_at_once(spawn: Callable[[int], Member]) -> None:
+def test_close_hands_partitions_over_at_once(spawn: Callable[..., Member]) -> None:
     members = start_group(spawn, 3)
     leaving = members[2]
     had = leaving.owned()
@@ -262,7 +266,7 @@ def test_close_hands_partitions_over_at_once(spawn: Callable[[int], Member]) -> 
     assert leaving.proc.wait(10) == 0
 
 
-def test_kill9_is_detected_within_the_session_timeout(spawn: Callable[[int], Member]) -> None:
+def test_kill9_is_detected_within_the_session_timeout(spawn: Callable[..., Member]) -> None:
     members = start_group(spawn, 3)
     victim = members[0]
     had = victim.owned()
@@ -276,7 +280,7 @@ def test_kill9_is_detected_within_the_session_timeout(spawn: Callable[[int], Mem
     assert SESSION_S - 2 * HEARTBEAT_S <= elapsed <= SESSION_S + 5.0, elapsed
 
 
-def test_a_paused_member_revokes_before_it_rejoins(spawn: Callable[[int], Member]) -> None:
+def test_a_paused_member_revokes_before_it_rejoins(spawn: Callable[..., Member]) -> None:
     members = start_group(spawn, 3)
     paused, rest = members[0], members[1:]
     had = paused.owned()
@@ -303,6 +307,24 @@ def test_a_paused_member_revokes_before_it_rejoins(spawn: Callable[[int], Member
             assert paused.url not in e["owners"].values(), e
     wait_converged(members, REBALANCE_BOUND_S + SESSION_S)  # then it rejoins and gets a share again
     assert paused.owned(), "the woken member rejoined and was given partitions"
+
+
+def test_a_static_member_restarted_within_the_session_timeout_gets_its_partitions_back(
+        spawn: Callable[..., Member]) -> None:
+    members = start_group(spawn, 3, static=True)
+    victim, rest = members[0], members[1:]
+    had = victim.owned()
+    marks = [m.mark() for m in rest]
+    victim.proc.send_signal(signal.SIGKILL)
+    victim.proc.wait(10)
+    t0 = time.time()
+    again = spawn(1, "member-1")
+    wait_converged([again, *rest], REBALANCE_BOUND_S)
+    got = next(e for e in again.events if e["event"] == "assigned")
+    print(f"\nstatic restart: the same partitions back {got['t'] - t0:.2f} s after the new process started")
+    assert again.owned() == had and got["t"] - t0 < SESSION_S + 3.0
+    for m, k in zip(rest, marks, strict=True):  # nobody else moved
+        assert not [e for e in m.since(k) if e["event"] in ("assigned", "revoked")], m.since(k)
 
 
 # --------------------------------------------------------------------------- in this process

@@ -29,6 +29,7 @@ GOOD: dict[str, Any] = {"bootstrap": NOWHERE, "topic": "t", "group": "g", "adver
     ({"heartbeat_interval": 5.0}, "heartbeat_interval"),
     ({"close_timeout": 0}, "close_timeout"),
     ({"on_revoked": "not callable"}, "on_revoked"),
+    ({"instance_id": ""}, "instance_id"),
 ])
 def test_bad_arguments_are_refused_before_any_io(change: dict[str, Any], named: str) -> None:
     args = {**GOOD, **change}
