@@ -12,14 +12,18 @@ member of the consumer group ``group`` on ``topic``:
 * **Assignment** is cooperative-sticky with every member's ``advertise`` URL in the group's user
   data (``engine.cluster.assignor``): each member learns the whole partition -> owner map and the
   generation, the same on every member of one generation.
-* **Promises to the callbacks** (all three run on the membership thread, one at a time, never
-  concurrently with each other):
+* **Promises to the callbacks.** They run one at a time, never concurrently with each other:
+  on kafka-python's IO thread while a rebalance completes, or on the membership thread (the
+  lease, ``close()``). While one runs the member sends no heartbeat, so each must return well
+  within ``session_timeout``.
   - ``on_revoked(parts)`` is called, and has returned, before the member gives ``parts`` up:
     before the next JoinGroup lets another member have them, before ``close()`` leaves the
-    group, and as soon as the member may have lost them (see the lease below). From then on the
-    member must not serve them. It must return well within ``session_timeout``: heartbeats wait.
-  - ``on_assigned(parts)`` after the member is given ``parts`` (it has then been revoked
-    everywhere else).
+    group, and as soon as the member may have lost them (the lease below). From then on the
+    member must not serve them.
+  - ``on_assigned(parts)`` after the member is given ``parts``: a partition moving between live
+    members was revoked by its old owner first (cooperative protocol); one taken from a member
+    that died or froze was revoked by that member's lease before Kafka could expire its session
+    (if that process was running at all).
   - ``on_change(map)`` whenever the ``OwnershipMap`` changes, after the revocations and
     assignments it reflects. The map claims for this member exactly the partitions it serves
     (assigned and not revoked); ``generation`` is -1 while the member is not in the group.
@@ -27,14 +31,15 @@ member of the consumer group ``group`` on ``topic``:
   logged; its partitions count as revoked (or assigned) all the same.
 * **The lease (added on top of kafka-python).** kafka-python reports lost partitions
   (``on_partitions_lost``) only once it has learned, from the coordinator, that it was evicted.
-  A member frozen past the session timeout (SIGSTOP, a stall, a partition of the network) would
-  meanwhile still believe it owns partitions that Kafka has already given to others. So the
-  member holds its partitions on a lease: while the group is stable, a successful heartbeat less
-  than ``session_timeout - heartbeat_interval`` ago (the margin covers the heartbeat's round
-  trip; Kafka cannot have expired the session before that). When the lease runs out the member
-  revokes everything first and learns the rest later; if Kafka did keep it, the next successful
-  heartbeat renews the lease and ``on_assigned`` gives the partitions back. ``lease_valid()``
-  lets a caller check it at the moment of serving.
+  A member frozen past the session timeout (SIGSTOP, a stall) or cut off from the coordinator
+  would meanwhile still believe it owns partitions that Kafka has already given to others. So
+  the member holds its partitions on a lease: while the group is stable, a successful heartbeat
+  or a received assignment less than ``session_timeout - heartbeat_interval`` ago (the margin
+  covers the request's round trip; Kafka cannot have expired the session before that). When the
+  lease runs out the member revokes everything first and learns the rest later; if Kafka did
+  keep it, the next successful heartbeat renews the lease and ``on_assigned`` gives the
+  partitions back. ``lease_valid()`` lets a caller check it at the moment of serving: after a
+  freeze, a request thread may run before the membership thread has revoked.
 * **Leaving.** ``close()`` revokes, sends LeaveGroup (Kafka reassigns at once) and stops, within
   ``close_timeout``. A member killed with SIGKILL is removed by Kafka after ``session_timeout``.
 * **Restarts** (``instance_id``, Kafka's static membership, KIP-345): a member that comes back
@@ -42,6 +47,12 @@ member of the consumer group ``group`` on ``topic``:
   partitions back, without moving any other. The price: kafka-python sends no LeaveGroup for a
   static member, so its ``close()`` hands over only after ``session_timeout``. Without it (the
   default) a restart is a leave and a join, each moving only what balance needs.
+
+Wiring (the server with ``--group``)::
+
+    membership = Membership(kafka, topic, group, advertise, session_timeout=10.0,
+                            on_assigned=engine.assign, on_revoked=engine.revoke,
+                            on_change=publish)  # publish: where the Router reads its OwnershipMap
 
 Errors: bad arguments raise ``InvalidConfiguration`` before any I/O; a broker that cannot be
 reached when starting raises ``LogUnavailable``; an unknown topic ``InvalidConfiguration``.
