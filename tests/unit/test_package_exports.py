@@ -13,6 +13,7 @@ API_NAMES = {
                "HistoryTurn", "TurnSource", "Measure", "StoredMessage", "HistoryPosition", "TurnNotReplaceable",
                "PreconditionFailed", "NotFound"},
     "projections": {"Projection", "ProjectionTx", "ProjectionView", "BatchEvent", "ClearEvent", "TurnReplacedEvent"},
+    "engine.cluster": {"Membership", "OwnershipMap", "OwnershipAssignor"},
     "engine.log": {"Log", "LogCursor", "Record", "partition_for_key", "record_key"},
     "engine.adapters": {"from_openai", "to_openai", "from_openai_response", "from_anthropic", "to_anthropic",
                         "from_anthropic_response"},
