@@ -5,7 +5,8 @@ and measures against a baseline in the same run (ratios, never absolute pass/fai
 [NAME ...]`` runs them (all when none is named):
 schemas, codec, log, engine, reads (the read projections vs ``read()`` + Python), middleware, turns,
 kafka (a real broker: ``HISTLOG_KAFKA`` or one started from the Maven Central jars with ``scripts/kafka``), and
-service (``histlog serve`` vs the same engine in process).
+service (``histlog serve`` vs the same engine in process), and frameworks (the service's two hot shapes on
+each HTTP framework and server present, against raw ASGI on uvicorn).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 
 __all__ = ["NAMES", "run_all"]
 
-NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service")
+NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks")
 
 
 def run_all(argv: list[str] | None = None) -> int:
