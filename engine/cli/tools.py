@@ -23,7 +23,13 @@ __all__ = ["cmd_bench", "cmd_demo", "cmd_log_verify", "cmd_replay", "load_projec
 
 
 def cmd_demo(ns: argparse.Namespace, out: TextIO) -> int:
-    """Run the demo; it ignores HISTLOG_* variables (only an explicit --data keeps its files)."""
+    """Run the demo; it ignores HISTLOG_* variables (only an explicit --data keeps its files).
+    An explicit ``--url`` is refused: the demo closes a conversation and rebuilds its state in
+    process, which it must never do to a server's history."""
+    if getattr(ns, "url", None) is not None:
+        raise UsageError("demo runs on a history of its own (it closes a conversation and rebuilds the state "
+                         "in process), never on a server's: run `histlog demo` without --url, and see the "
+                         "README's 'Running the service' for a server")
     kafka: str | None = getattr(ns, "kafka", None)
     if kafka is not None:
         topic: str = getattr(ns, "topic", None) or DEFAULT_TOPIC

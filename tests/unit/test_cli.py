@@ -308,6 +308,19 @@ def test_demo_defaults_to_a_temporary_directory(capsys: Capsys, tmp_path: Path,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_demo_refuses_an_explicit_url_but_ignores_histlog_url(capsys: Capsys, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo closes a conversation and rebuilds in process: never on a server's history. Like
+    every HISTLOG_* variable, HISTLOG_URL does not redirect it."""
+    code, _, err = run(capsys, "--url", "http://127.0.0.1:9", "demo")
+    assert code == 2
+    assert "without --url" in one_error_line(err)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HISTLOG_URL", "http://127.0.0.1:9")
+    code, out, _ = run(capsys, "demo")
+    assert code == 0 and "rebuild: identical state ✓" in out
+
+
 # --------------------------------------------------------------------------- where the history lives
 
 
