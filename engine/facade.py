@@ -26,6 +26,7 @@ from engine.arguments import (
     check_budget,
     check_cursors,
     check_directory,
+    check_partitions,
     check_timeout,
     check_window,
 )
@@ -110,7 +111,7 @@ class HistoryEngine:
         self._close_lock = threading.Lock()
         try:
             if owned is not None:
-                owned = _check_partitions(owned, log_.partitions)
+                owned = check_partitions(owned, log_.partitions)
             self._projector = Projector(store, log_.partitions, owned)
             self._reads = Reads(store)
             self._writes = Writes(log_, store, self._projector, self._reads, self._check_open, lambda: self._closed,
@@ -149,7 +150,7 @@ class HistoryEngine:
         for where in (path, state_dir):
             check_directory(where)
         if owned is not None:
-            owned = _check_partitions(owned, None)
+            owned = check_partitions(owned, None)
 
         if kafka is None and path is None:
             raise InvalidConfiguration(
@@ -178,7 +179,8 @@ class HistoryEngine:
             return attempt()
 
     def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None) -> bool:
-        """Wait until the state has applied everything the log held when this was called.
+        """Wait until the state has applied everything the log held when this was called, on
+        the partitions this engine owns.
 
         ``timeout``: seconds (``None``, the default: until caught up); False when it ran out.
         """
@@ -188,12 +190,15 @@ class HistoryEngine:
         targets = [end if p in owned else 0 for p, end in enumerate(self._log.end_offsets())]
         if progress is None:
             return self._projector.wait_offsets(targets, timeout)
-        start = sum(self._projector.applied_offsets())
+        def owned_applied() -> int:
+            return sum(a for p, a in enumerate(self._projector.applied_offsets()) if p in owned)
+
+        start = owned_applied()
         total = max(sum(targets) - start, 0)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             done = self._projector.wait_offsets(targets, 0.2)  # wake-ups to report progress
-            applied = min(sum(self._projector.applied_offsets()) - start, total)
+            applied = min(owned_applied() - start, total)
             progress(applied, total)
             if done:
                 return True
@@ -209,14 +214,14 @@ class HistoryEngine:
     def partition_state(self, partition: int) -> PartitionState:
         """``"not_owned"``, ``"catching_up"`` (taken on, not yet at the log end seen at ``assign``:
         its calls raise ``NotReady``) or ``"ready"``."""
-        (p,) = _check_partitions([partition], self._log.partitions)
+        (p,) = check_partitions([partition], self._log.partitions)
         return self._projector.partition_state(p)
 
     def assign(self, parts: Iterable[int]) -> None:
         """Take partitions on: each resumes from its own checkpoint (offset 0 without state) and is
         ``catching_up`` until it has applied the log end seen now, then ``ready``. Returns at once
         (the projector catches up in the background); partitions owned already are left alone."""
-        owned = _check_partitions(parts, self._log.partitions)
+        owned = check_partitions(parts, self._log.partitions)
         self._check_open()
         self._projector.assign(owned, self._log.end_offsets())
 
@@ -227,7 +232,7 @@ class HistoryEngine:
         owner decides it: resend the same batch there). ``drop=True`` also deletes their state
         (one WriteBatch), so a later ``assign`` rebuilds them from offset 0; otherwise it stays
         and a later ``assign`` resumes from its checkpoint."""
-        gone = _check_partitions(parts, self._log.partitions)
+        gone = check_partitions(parts, self._log.partitions)
         if not isinstance(drop, bool):
             raise InvalidConfiguration(f"revoke(drop=...) takes a bool, got {drop!r}")
         self._check_open()
@@ -568,16 +573,3 @@ class HistoryEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _check_partitions(parts: Iterable[int], partitions: int | None) -> frozenset[int]:
-    """``parts`` as a set of partition numbers (each an int in ``0..partitions - 1`` when the
-    count is known), else ``InvalidConfiguration``; no I/O."""
-    if isinstance(parts, str | bytes) or not isinstance(parts, Iterable):
-        raise InvalidConfiguration(f"partitions are given as an iterable of ints, got {parts!r}")
-    out = frozenset(parts)
-    for p in out:
-        if isinstance(p, bool) or not isinstance(p, int) or p < 0 or (partitions is not None and p >= partitions):
-            bound = "" if partitions is None else f" (this log has {partitions}: 0..{partitions - 1})"
-            raise InvalidConfiguration(f"invalid partition {p!r}: expected an int >= 0{bound}")
-    return out

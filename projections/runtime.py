@@ -32,19 +32,18 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from projections import keys
 from projections.admission import Decision, Known, admit
 from projections.custom import Projection, ProjectionTx, check_name, keyspace
 from projections.delivery import Deliveries, Subscription, Ticket
 from projections.events import ProjectedEvent
-from projections.partitions import drop_partition
+from projections.partitions import Ownership, PartitionState
 from projections.store import DamagedState, StateStore, Tx
 from schemas.batch import Batch
-from schemas.errors import DuplicateProjection, LogUnavailable, NotOwner, ProjectionError, StateUnavailable
+from schemas.errors import DuplicateProjection, LogUnavailable, ProjectionError, StateUnavailable
 from schemas.positions import LogPosition
-from schemas.records import partition_for_key
 
 __all__ = ["CORE", "CursorLike", "PartitionState", "Projector", "RecordLike", "checkpoints", "scratch_prefix"]
 
@@ -54,8 +53,6 @@ CORE = "core"  # the checkpoint name of admission + the built-in read projection
 _POLL_TIMEOUT = 0.5
 _MAX_RECORDS = 2000
 _EMPTY_READS = 100  # catch-up retries of an empty read before giving up (about 10 s)
-
-PartitionState = Literal["not_owned", "catching_up", "ready"]
 
 
 class RecordLike(Protocol):
@@ -96,7 +93,7 @@ ReadFn = Callable[[int, int, int], Sequence[RecordLike]]
 ProgressFn = Callable[[int, int], None]
 
 
-class Projector:
+class Projector(Ownership):
     """Applies log records to a ``StateStore``; thread-safe to wait on and to read stats from."""
 
     def __init__(self, store: StateStore, partitions: int, owned: Iterable[int] | None = None) -> None:
@@ -178,93 +175,6 @@ class Projector:
                             heap.clear()
                     self.deliveries.fail(self._failed_now)
                     return
-
-    def _follow(self, cursor: CursorLike) -> None:
-        """Between two steps, on the projector thread: give the cursor the owned set, each
-        partition at its applied offset (exact here: no step runs)."""
-        with self._step_lock:
-            if not self._replan:
-                return
-            cursor.assign({p: self._applied[p] for p in self._owned})
-            self._replan = False
-            self._unsynced.clear()
-
-    # -- owned partitions --------------------------------------------------------------------
-    @property
-    def owned(self) -> frozenset[int]:
-        with self._cond:
-            return self._owned
-
-    def partition_state(self, partition: int) -> PartitionState:
-        with self._cond:
-            if partition not in self._owned:
-                return "not_owned"
-            return "catching_up" if partition in self._catching else "ready"
-
-    def serving_all(self) -> bool:
-        """Every partition is owned and ready (a full replica: nothing to check per call)."""
-        with self._cond:
-            return not self._catching and len(self._owned) == self.partitions
-
-    def assign(self, parts: Iterable[int], ends: Sequence[int]) -> None:
-        """Take ``parts`` on: each resumes from its checkpoint, ``catching_up`` until it has
-        applied ``ends[p]`` (the log end seen now). Returns at once; the projector catches up."""
-        with self._step_lock:
-            new = frozenset(parts) - self._owned
-            if not new:
-                return
-            with self._cond:
-                for p in new:
-                    if self._applied[p] < ends[p]:
-                        self._catching[p] = ends[p]
-                self._owned = self._owned | new
-            self._unsynced |= new
-            self._replan = True
-        self._wake_cursor()
-
-    def revoke(self, parts: Iterable[int], *, drop: bool = False) -> None:
-        """Give ``parts`` up (see the module): not served from the start of this call, not applied
-        once it returns; ``drop`` deletes their state too (a later ``assign`` rebuilds from 0)."""
-        gone = frozenset(parts)
-        with self._cond:
-            self._owned = self._owned - gone
-            for p in gone:
-                self._catching.pop(p, None)
-                for _, _, event in self._waiters[p]:
-                    event.set()
-                self._waiters[p].clear()
-        self.deliveries.abandon(lambda key: partition_for_key(key, self.partitions) in gone)
-        with self._step_lock:  # the step in progress ends first; later steps skip ``gone``
-            if drop and gone:
-                tx = self.store.tx()
-                for p in sorted(gone):
-                    drop_partition(self.store, tx, p, self.partitions)
-                tx.commit()
-                with self._cond:
-                    for p in gone:
-                        self._applied[p] = 0
-                        self._stats[p] = keys.Stats()
-            self._replan = True
-        self._wake_cursor()
-
-    def check_owned(self, key: bytes) -> None:
-        """``NotOwner`` unless the partition of the record ``key`` is owned. A writer calls this
-        after taking its ticket: a revoke either sees the ticket (and abandons it) or began
-        before, and then this refuses the write."""
-        owned = self._owned  # one read of an immutable set
-        if len(owned) < self.partitions:
-            p = partition_for_key(key, self.partitions)
-            if p not in owned:
-                raise self._not_owner(p)
-
-    def _wake_cursor(self) -> None:
-        cursor = self._cursor
-        if cursor is not None:
-            cursor.wakeup()
-
-    def _not_owner(self, partition: int) -> NotOwner:
-        return NotOwner(f"this engine does not own partition {partition} (owned: {sorted(self._owned)}); "
-                        "ask its owner")
 
     # -- the step ----------------------------------------------------------------------------
     def apply(self, records: Sequence[RecordLike]) -> None:
