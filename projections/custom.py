@@ -28,7 +28,9 @@ Promises (docs/design.md §5.4; the README's "Writing a custom projection"):
 * A projection's state is split by partition, as the history's is: ``tx`` reads and writes the
   rows of the event's own partition, so a partition taken away from this engine is dropped with
   its rows (``engine.revoke(p, drop=True)``). Key your rows by conversation (a conversation lives
-  in one partition) and nothing changes; ``view`` reads the partitions this engine owns.
+  in one partition) and nothing changes; a key that events of several partitions write (a count
+  over every conversation) is one row per partition (``view.rows(key)``; ``view.get`` refuses it).
+  ``view`` reads the partitions this engine owns.
 * If ``apply`` raises, the projection stops (its writes for that step are dropped and its
   checkpoint stays before the event), the error is kept (``view`` and ``register`` report it),
   and the engine goes on: one buggy read model never blocks the history.
@@ -44,7 +46,7 @@ from typing import ClassVar
 from projections import keys
 from projections.events import ProjectedEvent
 from projections.store import StateStore, Tx
-from schemas.errors import InvalidProjection
+from schemas.errors import InvalidProjection, ProjectionError
 
 __all__ = ["Projection", "ProjectionTx", "ProjectionView", "check_name", "keyspace"]
 
@@ -144,13 +146,26 @@ class ProjectionView:
     def _lowers(self) -> list[bytes]:
         return [keys.custom_partition_keyspace(self._name, p)[0] for p in sorted(self._partitions())]
 
-    def get(self, key: bytes) -> bytes | None:
-        """The row ``key`` (of the lowest partition holding it: a row keyed by conversation is in one)."""
-        for lower in self._lowers():
-            value = self._store.get(lower + key)
+    def rows(self, key: bytes) -> dict[int, bytes]:
+        """``{partition: value}`` of the row ``key`` in each owned partition that holds it: what a
+        key written by the events of several partitions (a count over every conversation) is."""
+        snap = self._store.iterator()
+        out = {}
+        for p in sorted(self._partitions()):
+            value = snap.get(keys.custom_partition_keyspace(self._name, p)[0] + key)
             if value is not None:
-                return value
-        return None
+                out[p] = value
+        return out
+
+    def get(self, key: bytes) -> bytes | None:
+        """The row ``key``, or None. A key held by several partitions has no one value: that is
+        ``ProjectionError`` (read ``rows(key)`` and combine them); a row keyed by conversation is
+        always in one partition."""
+        found = self.rows(key)
+        if len(found) > 1:
+            raise ProjectionError(f"projection {self._name!r} holds key {key!r} in partitions {sorted(found)}: "
+                                  "its state is split by partition; read view.rows(key) and combine the values")
+        return next(iter(found.values()), None)
 
     def scan(self, prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
         """``(key, value)`` pairs whose key starts with ``prefix``, in key order (a detached list;

@@ -27,7 +27,15 @@ from engine import HistoryEngine
 from engine.log.base import Log
 from engine.log.file import FileLog
 from projections import ClearEvent, ProjectedEvent, Projection, ProjectionTx, keys
-from schemas import Batch, CommitUnconfirmed, InvalidConfiguration, LogPosition, NotOwner, NotReady
+from schemas import (
+    Batch,
+    CommitUnconfirmed,
+    InvalidConfiguration,
+    LogPosition,
+    NotOwner,
+    NotReady,
+    ProjectionError,
+)
 from schemas.events import BatchAppended, encode_event
 from schemas.records import partition_for_key, record_key
 from schemas.times import now_ms
@@ -149,6 +157,15 @@ class Gate(Projection):
             tx.delete(key)
             return
         tx.put(key, str(int(tx.get(key) or b"0") + len(event.messages)).encode())
+
+
+class Total(Projection):
+    """Counts every accepted event under one key: a row written by events of every partition."""
+
+    name = "total"
+
+    def apply(self, event: ProjectedEvent, tx: ProjectionTx) -> None:
+        tx.put(b"events", str(int(tx.get(b"events") or b"0") + 1).encode())
 
 
 class OwnedContract:
@@ -305,6 +322,21 @@ class OwnedContract:
                 stats_now.corrupt)
         with backend.reference() as full:
             assert view_of(full, mine(1, 2)) == mine_now
+
+    def test_a_key_written_by_several_partitions_is_one_row_per_partition(self, backend: OwnedBackend) -> None:
+        self.write_full(backend)
+        with backend.open() as eng:
+            eng.register(Total())
+            view = eng.view("total")
+            rows = view.rows(b"events")
+            events = sum(2 + i for convs in self.convs.values() for i in range(len(convs))) + 1  # the appends, a clear
+            assert sorted(rows) == [0, 1, 2, 3] and sum(int(v) for v in rows.values()) == events
+            with pytest.raises(ProjectionError, match="rows"):
+                view.get(b"events")
+            eng.revoke([2], drop=True)
+            assert sorted(view.rows(b"events")) == [0, 1, 3]
+            eng.revoke([0, 3])
+            assert view.get(b"events") == rows[1]  # one partition owned: one value
 
     def test_dropped_partition_leaves_no_row_and_others_untouched(self, backend: OwnedBackend) -> None:
         self.write_full(backend)
