@@ -56,8 +56,9 @@ class _Cursor(Protocol):
 class Ownership:
     """The owned-partitions half of ``projections.runtime.Projector`` (its module says what is
     promised): which partitions the projector applies and serves, and how each one taken on
-    catches up. ``_owned`` and ``_catching`` change under both the step lock and ``_cond``, so a
-    step sees one owned set and a reader's ``partition_state`` is never torn."""
+    catches up. ``_owned`` and ``_catching`` change under ``_cond`` (a reader's ``partition_state``
+    is never torn); ``assign`` also holds the step lock, and ``revoke`` takes it right after, so a
+    step applies one owned set and none runs past a revoke's return."""
 
     store: StateStore
     partitions: int
@@ -126,6 +127,7 @@ class Ownership:
                 for _, _, event in self._waiters[p]:
                     event.set()
                 self._waiters[p].clear()
+            self._cond.notify_all()  # ``wait_offsets`` stops waiting for them
         self.deliveries.abandon(lambda key: partition_for_key(key, self.partitions) in gone)
         with self._step_lock:  # the step in progress ends first; later steps skip ``gone``
             if drop and gone:

@@ -419,11 +419,14 @@ class Projector(Ownership):
         return ok
 
     def wait_offsets(self, targets: Sequence[int], timeout: float | None) -> bool:
-        """Wait until every partition has applied up to ``targets[p]`` (exclusive)."""
+        """Wait until every owned partition has applied up to ``targets[p]`` (exclusive); one
+        revoked meanwhile is no longer waited for."""
+        def done() -> bool:
+            return self.failure is not None or all(
+                a >= t or p not in self._owned for p, (a, t) in enumerate(zip(self._applied, targets, strict=True)))
+
         with self._cond:
-            ok = self._cond.wait_for(
-                lambda: self.failure is not None or all(a >= t for a, t in zip(self._applied, targets, strict=True)),
-                timeout)
+            ok = self._cond.wait_for(done, timeout)
             if self.failure is not None:
                 raise self._failed_now()
             return ok

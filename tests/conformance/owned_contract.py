@@ -338,6 +338,27 @@ class OwnedContract:
             eng.revoke([0, 3])
             assert view.get(b"events") == rows[1]  # one partition owned: one value
 
+    def test_catch_up_stops_waiting_for_a_partition_revoked_meanwhile(self, backend: OwnedBackend) -> None:
+        self.write_full(backend)
+        backend.drop_state()
+        with backend.open(owned=[0]) as eng:
+            gate = Gate()
+            eng.register(gate)
+            gate.close_on(3)
+            eng.assign([3])
+            assert gate.entered.wait(BOUND_S)  # partition 3 is held inside its first step
+            caught: list[bool] = []
+            waiter = threading.Thread(target=lambda: caught.append(eng.catch_up(timeout=BOUND_S)))
+            waiter.start()
+            revoker = threading.Thread(target=eng.revoke, args=([3],), kwargs={"drop": True})
+            revoker.start()
+            waiter.join(BOUND_S)
+            assert caught == [True] and revoker.is_alive()  # answered before the held step ended
+            gate.release()
+            revoker.join(BOUND_S)
+            assert not revoker.is_alive()
+            assert eng.partition_state(3) == "not_owned" and eng.stats().applied_offsets[3] == 0
+
     def test_dropped_partition_leaves_no_row_and_others_untouched(self, backend: OwnedBackend) -> None:
         self.write_full(backend)
         with backend.open() as eng:
