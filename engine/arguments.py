@@ -4,14 +4,15 @@ the sync engine (and later faces over it) refuse bad input with the same typed e
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 from schemas.batch import Batch, Receipt
 from schemas.errors import InvalidConfiguration, InvalidReceipt, InvalidWindow
 from schemas.positions import HistoryPosition
 
-__all__ = ["EMPTY", "Empty", "check_budget", "check_cursors", "check_directory", "check_timeout", "check_window",
-           "expected_of"]
+__all__ = ["EMPTY", "Empty", "check_budget", "check_cursors", "check_directory", "check_partitions", "check_timeout",
+           "check_window", "expected_of"]
 
 
 def check_cursors(after: HistoryPosition | None, before: HistoryPosition | None) -> None:
@@ -92,3 +93,16 @@ def expected_of(batch: Batch, expected_last: Receipt | Empty | None) -> str | No
         raise InvalidReceipt("invalid expected_last: the receipt is for conversation "
                              f"{str(expected_last.conversation_id)!r}, not {str(batch.conversation_id)!r}")
     return str(expected_last.append_id)
+
+
+def check_partitions(parts: Iterable[int], partitions: int | None) -> frozenset[int]:
+    """``parts`` as a set of partition numbers (each an int in ``0..partitions - 1`` when the
+    count is known), else ``InvalidConfiguration``; no I/O."""
+    if isinstance(parts, str | bytes) or not isinstance(parts, Iterable):
+        raise InvalidConfiguration(f"partitions are given as an iterable of ints, got {parts!r}")
+    out = frozenset(parts)
+    for p in out:
+        if isinstance(p, bool) or not isinstance(p, int) or p < 0 or (partitions is not None and p >= partitions):
+            bound = "" if partitions is None else f" (this log has {partitions}: 0..{partitions - 1})"
+            raise InvalidConfiguration(f"invalid partition {p!r}: expected an int >= 0{bound}")
+    return out

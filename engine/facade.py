@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.arguments import (
@@ -26,6 +26,7 @@ from engine.arguments import (
     check_budget,
     check_cursors,
     check_directory,
+    check_partitions,
     check_timeout,
     check_window,
 )
@@ -36,7 +37,7 @@ from engine.writes import Writes, receipt_of
 from projections.custom import Projection, ProjectionView
 from projections.delivery import DEFAULT_BUFFER, Subscription
 from projections.reads import Reads, Unit
-from projections.runtime import Projector
+from projections.runtime import PartitionState, Projector
 from projections.store import DamagedState, StateStore
 from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
 from schemas.errors import (
@@ -48,13 +49,16 @@ from schemas.errors import (
     InvalidWindow,
     LogUnavailable,
     NotFound,
+    NotOwner,
+    NotReady,
     ProjectionError,
 )
 from schemas.ids import ConversationID, MessageID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
+from schemas.records import partition_for_key
 
-__all__ = ["EMPTY", "EngineStats", "HistoryEngine", "Progress"]
+__all__ = ["EMPTY", "EngineStats", "HistoryEngine", "PartitionState", "Progress"]
 
 _Empty = Empty  # the name older code imported
 
@@ -70,7 +74,9 @@ class EngineStats:
 
     ``corrupt`` counts poison records skipped (undecodable, unknown schema, digest mismatch...);
     ``precondition_failed`` and ``not_replaceable`` count refused ``expected_last`` appends and
-    turn replacements.
+    turn replacements. The counters and ``lag`` cover the partitions this engine owns
+    (``owned_partitions``; a partition not owned shows lag 0); ``applied_since_open`` counts the
+    records applied per partition since this engine opened (what a resume re-applied).
     """
 
     end_offsets: list[int]
@@ -83,6 +89,8 @@ class EngineStats:
     corrupt: int
     precondition_failed: int = 0
     not_replaceable: int = 0
+    owned_partitions: list[int] = field(default_factory=list)
+    applied_since_open: list[int] = field(default_factory=list)
 
 
 class HistoryEngine:
@@ -91,18 +99,23 @@ class HistoryEngine:
     Thread-safe: many threads may append and read at once. Use ``HistoryEngine.open``.
     """
 
-    def __init__(self, log_: Log, store: StateStore, *, progress: Progress | None = None) -> None:
+    def __init__(self, log_: Log, store: StateStore, *, progress: Progress | None = None,
+                 owned: Iterable[int] | None = None) -> None:
         """Run the projector of ``store`` over ``log_`` (both already opened and checked, see
-        ``engine.state``); the engine owns both from here and closes both if this raises."""
+        ``engine.state``) for the ``owned`` partitions (None: all); the engine owns both from
+        here and closes both if this raises."""
         self._log = log_
         self._store = store
         self._projections: dict[str, Projection] = {}
         self._closed = False
         self._close_lock = threading.Lock()
         try:
-            self._projector = Projector(store, log_.partitions)
+            if owned is not None:
+                owned = check_partitions(owned, log_.partitions)
+            self._projector = Projector(store, log_.partitions, owned)
             self._reads = Reads(store)
-            self._writes = Writes(log_, store, self._projector, self._reads, self._check_open, lambda: self._closed)
+            self._writes = Writes(log_, store, self._projector, self._reads, self._check_open, lambda: self._closed,
+                                  self._serve)
             self._projector.start(log_.cursor)
             self.catch_up(progress=progress)
         except BaseException:
@@ -114,7 +127,7 @@ class HistoryEngine:
     def open(cls, path: str | Path | None = None, *, partitions: int | None = None, fsync: FsyncPolicy = "always",
              kafka: str | None = None, topic: str = "histlog.events", state_dir: str | Path | None = None,
              replication_factor: int = 1, progress: Progress | None = None, rebuild: bool = False,
-             accept_log_loss: bool = False) -> HistoryEngine:
+             accept_log_loss: bool = False, owned: Iterable[int] | None = None) -> HistoryEngine:
         """Open the embedded default (``open(path)``: FileLog under ``path/log``, state under
         ``path/state``) or Kafka (``open(kafka="host:port", topic=..., state_dir=...)``).
 
@@ -130,9 +143,14 @@ class HistoryEngine:
         holds and logs what was lost. ``rebuild=True`` replaces the state by one replayed from the log.
         A ``path`` or ``state_dir`` that is (or lies under) a file is ``InvalidConfiguration``,
         before any I/O.
+
+        ``owned``: the partitions this engine applies and serves (a cluster member; ``None``, the
+        default: every partition). The others are ``NotOwner``; ``assign``/``revoke`` change the set.
         """
         for where in (path, state_dir):
             check_directory(where)
+        if owned is not None:
+            owned = check_partitions(owned, None)
 
         if kafka is None and path is None:
             raise InvalidConfiguration(
@@ -149,7 +167,7 @@ class HistoryEngine:
             else:
                 assert path is not None  # Invariant: checked above.
                 parts = open_file_parts(Path(path), partitions, fsync, rebuild=rebuild, accept_log_loss=accept_log_loss)
-            return cls(*parts, progress=progress)
+            return cls(*parts, progress=progress, owned=owned)
 
         try:
             return attempt()
@@ -161,26 +179,76 @@ class HistoryEngine:
             return attempt()
 
     def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None) -> bool:
-        """Wait until the state has applied everything the log held when this was called.
+        """Wait until the state has applied everything the log held when this was called, on
+        the partitions this engine owns.
 
         ``timeout``: seconds (``None``, the default: until caught up); False when it ran out.
         """
         if timeout is not None:
             check_timeout(timeout)
-        targets = self._log.end_offsets()
+        owned = self._projector.owned
+        targets = [end if p in owned else 0 for p, end in enumerate(self._log.end_offsets())]
         if progress is None:
             return self._projector.wait_offsets(targets, timeout)
-        start = sum(self._projector.applied_offsets())
+        def owned_applied() -> int:
+            return sum(a for p, a in enumerate(self._projector.applied_offsets()) if p in owned)
+
+        start = owned_applied()
         total = max(sum(targets) - start, 0)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             done = self._projector.wait_offsets(targets, 0.2)  # wake-ups to report progress
-            applied = min(sum(self._projector.applied_offsets()) - start, total)
+            applied = min(owned_applied() - start, total)
             progress(applied, total)
             if done:
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
+
+    # -- owned partitions (a cluster member, docs/design.md §9) ----------------------------------
+    @property
+    def owned(self) -> frozenset[int]:
+        """The partitions this engine applies and serves (all of them unless opened with ``owned``)."""
+        return self._projector.owned
+
+    def partition_state(self, partition: int) -> PartitionState:
+        """``"not_owned"``, ``"catching_up"`` (taken on, not yet at the log end seen at ``assign``:
+        its calls raise ``NotReady``) or ``"ready"``."""
+        (p,) = check_partitions([partition], self._log.partitions)
+        return self._projector.partition_state(p)
+
+    def assign(self, parts: Iterable[int]) -> None:
+        """Take partitions on: each resumes from its own checkpoint (offset 0 without state) and is
+        ``catching_up`` until it has applied the log end seen now, then ``ready``. Returns at once
+        (the projector catches up in the background); partitions owned already are left alone."""
+        owned = check_partitions(parts, self._log.partitions)
+        self._check_open()
+        self._projector.assign(owned, self._log.end_offsets())
+
+    def revoke(self, parts: Iterable[int], drop: bool = False) -> None:
+        """Give partitions up. Their calls raise ``NotOwner`` from the moment this begins; it
+        returns once the projector no longer applies them. A write of this engine still waiting
+        for its decision on one raises ``CommitUnconfirmed`` (its record is in the log; the new
+        owner decides it: resend the same batch there). ``drop=True`` also deletes their state
+        (one WriteBatch), so a later ``assign`` rebuilds them from offset 0; otherwise it stays
+        and a later ``assign`` resumes from its checkpoint."""
+        gone = check_partitions(parts, self._log.partitions)
+        if not isinstance(drop, bool):
+            raise InvalidConfiguration(f"revoke(drop=...) takes a bool, got {drop!r}")
+        self._check_open()
+        self._projector.revoke(gone, drop=drop)
+
+    def _serve(self, c: ConversationID) -> None:
+        """``NotOwner`` or ``NotReady`` unless this engine serves the partition of ``c`` now."""
+        if self._projector.serving_all():
+            return
+        p = partition_for_key(str(c).encode("utf-8"), self._log.partitions)
+        state = self._projector.partition_state(p)
+        if state == "not_owned":
+            raise NotOwner(f"this engine does not own partition {p} (conversation {str(c)!r}); ask its owner")
+        if state == "catching_up":
+            raise NotReady(f"this engine is still catching up on partition {p} (conversation {str(c)!r}); "
+                           "retry shortly")
 
     # -- writes --------------------------------------------------------------------------------
     EMPTY = EMPTY
@@ -231,6 +299,7 @@ class HistoryEngine:
         check_timeout(timeout)
         c = ConversationID(conversation_id)
         self._check_open()
+        self._serve(c)
         if at_least is not None:
             self._wait_for(at_least, timeout)
         return self._reads.messages(c)
@@ -264,9 +333,14 @@ class HistoryEngine:
                 and self._projector.applied_offsets()[position.partition] > position.offset)
 
     def conversations(self) -> list[ConversationID]:
-        """Open conversations, unique, in lexical order."""
+        """Open conversations, unique, in lexical order: those of the partitions this engine owns
+        (a partition still catching up lists what it has applied so far)."""
         self._check_open()
-        return self._reads.conversations()
+        found = self._reads.conversations()
+        if self._projector.serving_all():
+            return found
+        owned, n = self._projector.owned, self._log.partitions
+        return [c for c in found if partition_for_key(str(c).encode("utf-8"), n) in owned]
 
     def entries(self, conversation_id: str, after: HistoryPosition | None = None,
                 before: HistoryPosition | None = None, limit: int | None = None,
@@ -277,6 +351,7 @@ class HistoryEngine:
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
             raise InvalidWindow(f"invalid limit {limit!r}: expected a non-negative int or None")
         self._check_open()
+        self._serve(c)
         return self._reads.entries(c, after, before, limit, include_hidden)
 
     def turn(self, conversation_id: str, message_id: str) -> HistoryTurn:
@@ -285,12 +360,14 @@ class HistoryEngine:
         c = ConversationID(conversation_id)
         MessageID.parse(message_id)  # NotFound for what spells no message id, before any I/O
         self._check_open()
+        self._serve(c)
         return self._reads.turn(c, message_id)
 
     def latest_turn(self, conversation_id: str) -> HistoryTurn | None:
         """The latest visible user-led turn (the one ``replace_turn`` may replace), or None."""
         c = ConversationID(conversation_id)
         self._check_open()
+        self._serve(c)
         return self._reads.latest_turn(c)
 
     def latest_interrupted_checkpoint(self, conversation_id: str) -> StoredMessage | None:
@@ -298,6 +375,7 @@ class HistoryEngine:
         assistant message follows (later user or tool messages do not cancel it), or None."""
         c = ConversationID(conversation_id)
         self._check_open()
+        self._serve(c)
         return self._reads.latest_interrupted_checkpoint(c)
 
     def window(self, conversation_id: str, limit: int, before: HistoryPosition | None = None) -> list[Message]:
@@ -308,6 +386,7 @@ class HistoryEngine:
         check_window(limit)
         check_cursors(None, before)
         self._check_open()
+        self._serve(c)
         return self._reads.window(c, limit, before)
 
     def window_entries(self, conversation_id: str, limit: int) -> StoredWindow:
@@ -317,6 +396,7 @@ class HistoryEngine:
         c = ConversationID(conversation_id)
         check_window(limit)
         self._check_open()
+        self._serve(c)
         return self._reads.window_entries(c, limit)
 
     def turns(self, conversation_id: str) -> list[HistoryTurn]:
@@ -325,6 +405,7 @@ class HistoryEngine:
         O(what it returns); ``[]`` for an unknown or closed conversation."""
         c = ConversationID(conversation_id)
         self._check_open()
+        self._serve(c)
         return self._reads.turns(c)
 
     def read_within_bytes(self, conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
@@ -342,6 +423,7 @@ class HistoryEngine:
         check_budget(max_bytes, unit)
         check_cursors(after, before)
         self._check_open()
+        self._serve(c)
         return self._reads.within_bytes(c, max_bytes, after, before, unit)
 
     def turn_sources(self, conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
@@ -352,6 +434,7 @@ class HistoryEngine:
         check_budget(max_bytes, unit)
         check_cursors(after, before)
         self._check_open()
+        self._serve(c)
         return self._reads.turn_sources(c, max_bytes, after, before, unit)
 
     def measure(self, conversation_id: str, after: HistoryPosition = HistoryPosition.START) -> Measure:
@@ -361,15 +444,18 @@ class HistoryEngine:
         c = ConversationID(conversation_id)
         check_cursors(after, None)
         self._check_open()
+        self._serve(c)
         return self._reads.measure(c, after)
 
     def stats(self) -> EngineStats:
         ends = self._log.end_offsets()
         applied = self._projector.applied_offsets()
         s = self._projector.stats()
-        return EngineStats(ends, applied, [max(e - a, 0) for e, a in zip(ends, applied, strict=True)],
-                           s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt,
-                           s.precondition_failed, s.not_replaceable)
+        owned = self._projector.owned
+        lag = [max(e - a, 0) if p in owned else 0 for p, (e, a) in enumerate(zip(ends, applied, strict=True))]
+        return EngineStats(ends, applied, lag, s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt,
+                           s.precondition_failed, s.not_replaceable, sorted(owned),
+                           list(self._projector.applied_records))
 
     # -- custom projections ----------------------------------------------------------------------
     def register(self, projection: Projection, wait: bool = True, *, progress: Progress | None = None) -> None:
@@ -426,7 +512,7 @@ class HistoryEngine:
                                "fix it and register() it again (it resumes from its checkpoint)")
         if name not in self._projections and not self._projector.has_checkpoint(name):
             raise NotFound(f"no projection named {name!r} in this state; register() it first")
-        return ProjectionView(self._store, name)
+        return ProjectionView(self._store, name, lambda: self._projector.owned)
 
     def poison(self) -> list[tuple[LogPosition, str]]:
         """Quarantined poison records: their position and why they were skipped."""

@@ -71,13 +71,17 @@ class Writes:
     """The engine's writes over its log, state and projector (owned by the engine)."""
 
     def __init__(self, log_: Log, store: StateStore, projector: Projector, reads: Reads,
-                 check_open: Callable[[], None], is_closed: Callable[[], bool]) -> None:
+                 check_open: Callable[[], None], is_closed: Callable[[], bool],
+                 serve: Callable[[ConversationID], None] = lambda c: None) -> None:
+        """``serve(c)`` raises unless this engine serves the partition of ``c`` now (``NotOwner``,
+        ``NotReady``): checked before any write touches the log."""
         self._log = log_
         self._store = store
         self._projector = projector
         self._reads = reads
         self._check_open = check_open
         self._is_closed = is_closed
+        self._serve = serve
         self._lock = threading.Lock()
         self._submitters: ThreadPoolExecutor | None = None
 
@@ -94,6 +98,7 @@ class Writes:
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
         expected = expected_of(batch, expected_last)
         self._check_open()
+        self._serve(batch.conversation_id)
         return self._submit_batch(batch, BatchAppended.of(batch, _now_ms(), expected), timeout)
 
     def submit_replace(self, batch: Batch, old_turn_id: str, reason: str, timeout: float) -> Submitted:
@@ -108,6 +113,7 @@ class Writes:
             raise InvalidBatch("invalid replacement turn: it must start with its user message "
                                f"(messages[0] is {batch.messages[0].role.value})")
         self._check_open()
+        self._serve(batch.conversation_id)
         return self._submit_batch(batch, TurnReplaced.of(batch, _now_ms(), old_turn_id, reason), timeout)
 
     def _submit_batch(self, batch: Batch, event: BatchAppended | TurnReplaced, timeout: float) -> Submitted:
@@ -125,6 +131,7 @@ class Writes:
         check_timeout(timeout)
         c = ConversationID(conversation_id)
         self._check_open()
+        self._serve(c)
         row = self._reads.conversation(c)
         if row is not None and row.closed:
             return None
@@ -139,6 +146,7 @@ class Writes:
         deadline = time.monotonic() + timeout
         ticket = self._projector.expect(key, batch)
         try:
+            self._projector.check_owned(key)  # a revoke begun before the ticket was taken: do not write
             position = self._log.append(key, value, timeout=timeout)
         except BaseException:
             ticket.release()
@@ -162,7 +170,8 @@ class Writes:
             return submitted
         try:
             try:
-                decision = submitted.ticket.wait(submitted.position, submitted.remaining())
+                given_up = self._projector.partition_state(submitted.position.partition) == "not_owned"
+                decision = None if given_up else submitted.ticket.wait(submitted.position, submitted.remaining())
             except StateUnavailable as e:
                 return self.conclude(submitted, None, e)
             return self.conclude(submitted, decision)
@@ -180,6 +189,10 @@ class Writes:
                 f"{what} was written at {position}, but the state store failed before deciding it ({failure}); "
                 f"{then} once the engine is reopened") from self._projector.failure or failure
         if decision is None:
+            if self._projector.partition_state(position.partition) == "not_owned":
+                raise CommitUnconfirmed(f"{what} was written at {position}, but this engine gave partition "
+                                        f"{position.partition} up before deciding it; {then} to the partition's "
+                                        "owner")
             if self._is_closed():
                 raise CommitUnconfirmed(f"{what} was written at {position}, but this engine was closed before "
                                         f"deciding it; {then} once the engine is reopened")

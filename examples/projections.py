@@ -36,6 +36,11 @@ class ToolUsage(Projection):
                     key = part.name.encode()
                     tx.put(key, str(int(tx.get(key) or b"0") + 1).encode())
 
+    @staticmethod
+    def count(view: ProjectionView, tool: str) -> int:
+        """Calls of ``tool``: the state is split by partition (a count per partition), so add them up."""
+        return sum(int(v) for v in view.rows(tool.encode()).values())
+
 
 _WORD = re.compile(r"\w+")
 _SEQ = struct.Struct(">Q")

@@ -25,6 +25,12 @@ Promises (docs/design.md §5.4; the README's "Writing a custom projection"):
   the projection ahead of or behind its checkpoint.
 * ``engine.register(p)`` catches it up from its checkpoint (offset 0 the first time) and keeps
   it live; ``engine.rebuild(name)`` replays it from offset 0; ``engine.view(name)`` reads it.
+* A projection's state is split by partition, as the history's is: ``tx`` reads and writes the
+  rows of the event's own partition, so a partition taken away from this engine is dropped with
+  its rows (``engine.revoke(p, drop=True)``). Key your rows by conversation (a conversation lives
+  in one partition) and nothing changes; a key that events of several partitions write (a count
+  over every conversation) is one row per partition (``view.rows(key)``; ``view.get`` refuses it).
+  ``view`` reads the partitions this engine owns.
 * If ``apply`` raises, the projection stops (its writes for that step are dropped and its
   checkpoint stays before the event), the error is kept (``view`` and ``register`` report it),
   and the engine goes on: one buggy read model never blocks the history.
@@ -33,12 +39,14 @@ Promises (docs/design.md §5.4; the README's "Writing a custom projection"):
 from __future__ import annotations
 
 import abc
+import heapq
+from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 from projections import keys
 from projections.events import ProjectedEvent
 from projections.store import StateStore, Tx
-from schemas.errors import InvalidProjection
+from schemas.errors import InvalidProjection, ProjectionError
 
 __all__ = ["Projection", "ProjectionTx", "ProjectionView", "check_name", "keyspace"]
 
@@ -73,14 +81,15 @@ class Projection(abc.ABC):
 
 
 class ProjectionTx:
-    """A projection's view of one step: reads see its own writes; writes commit atomically with
-    its checkpoint. Keys and values are bytes; ``scan`` returns ``(key, value)`` in key order."""
+    """A projection's view of one step on one partition's rows: reads see its own writes; writes
+    commit atomically with its checkpoint. Keys and values are bytes; ``scan`` returns
+    ``(key, value)`` in key order."""
 
     __slots__ = ("_lower", "_pending", "_tx", "_upper")
 
-    def __init__(self, tx: Tx, name: str) -> None:
+    def __init__(self, tx: Tx, name: str, partition: int) -> None:
         self._tx = tx
-        self._lower, self._upper = keyspace(name)
+        self._lower, self._upper = keys.custom_partition_keyspace(name, partition)
         self._pending: dict[bytes, bytes | None] = {}
 
     def _key(self, key: bytes) -> bytes:
@@ -126,17 +135,44 @@ class ProjectionTx:
 
 
 class ProjectionView:
-    """Read-only access to a projection's state as of the last applied event."""
+    """Read-only access to a projection's state as of the last applied event, over the rows of
+    the partitions ``partitions()`` names (those the engine owns)."""
 
-    def __init__(self, store: StateStore, name: str) -> None:
+    def __init__(self, store: StateStore, name: str, partitions: Callable[[], Iterable[int]]) -> None:
         self._store = store
-        self._lower, self._upper = keyspace(name)
+        self._name = name
+        self._partitions = partitions
+
+    def _lowers(self) -> list[bytes]:
+        return [keys.custom_partition_keyspace(self._name, p)[0] for p in sorted(self._partitions())]
+
+    def rows(self, key: bytes) -> dict[int, bytes]:
+        """``{partition: value}`` of the row ``key`` in each owned partition that holds it: what a
+        key written by the events of several partitions (a count over every conversation) is."""
+        snap = self._store.iterator()
+        out = {}
+        for p in sorted(self._partitions()):
+            value = snap.get(keys.custom_partition_keyspace(self._name, p)[0] + key)
+            if value is not None:
+                out[p] = value
+        return out
 
     def get(self, key: bytes) -> bytes | None:
-        return self._store.get(self._lower + key)
+        """The row ``key``, or None. A key held by several partitions has no one value: that is
+        ``ProjectionError`` (read ``rows(key)`` and combine them); a row keyed by conversation is
+        always in one partition."""
+        found = self.rows(key)
+        if len(found) > 1:
+            raise ProjectionError(f"projection {self._name!r} holds key {key!r} in partitions {sorted(found)}: "
+                                  "its state is split by partition; read view.rows(key) and combine the values")
+        return next(iter(found.values()), None)
 
     def scan(self, prefix: bytes = b"") -> list[tuple[bytes, bytes]]:
-        """``(key, value)`` pairs whose key starts with ``prefix``, in key order (a detached list)."""
-        lower = self._lower + prefix
-        cut = len(self._lower)
-        return [(k[cut:], v) for k, v in self._store.iterator().scan(lower, keys.prefix_end(lower))]
+        """``(key, value)`` pairs whose key starts with ``prefix``, in key order (a detached list;
+        a key written by events of two partitions appears once per partition)."""
+        snap = self._store.iterator()
+        runs = []
+        for lower in self._lowers():
+            cut = len(lower)
+            runs.append([(k[cut:], v) for k, v in snap.scan(lower + prefix, keys.prefix_end(lower + prefix))])
+        return list(heapq.merge(*runs, key=lambda kv: kv[0]))

@@ -62,7 +62,7 @@ class Ticket:
     ``Deliveries.ticket``'s ``with`` block) gives the ticket back; a released ticket gets nothing.
     """
 
-    __slots__ = ("_cond", "_decisions", "_on_release", "_owner", "_released", "_watch", "key")
+    __slots__ = ("_abandoned", "_cond", "_decisions", "_on_release", "_owner", "_released", "_watch", "key")
 
     def __init__(self, owner: Deliveries, key: bytes, on_release: Callable[[], object] | None = None) -> None:
         self._owner = owner
@@ -71,6 +71,7 @@ class Ticket:
         self._watch: tuple[LogPosition, asyncio.AbstractEventLoop, asyncio.Future[Decision | None]] | None = None
         self._on_release = on_release
         self._released = False
+        self._abandoned = False  # its partition was given up: nothing more will be decided here
         self.key = key
 
     def wait(self, position: LogPosition, timeout: float) -> Decision | None:
@@ -86,7 +87,7 @@ class Ticket:
                 if self._owner._failure is not None:
                     raise self._owner._failure()
                 remaining = deadline - time.monotonic()
-                if self._owner._stopped or remaining <= 0:
+                if self._owner._stopped or self._abandoned or remaining <= 0:
                     return None
                 self._cond.wait(remaining)
 
@@ -104,7 +105,7 @@ class Ticket:
                 future.set_result(decision)
             elif self._owner._failure is not None:
                 future.set_exception(self._owner._failure())
-            elif self._owner._stopped:
+            elif self._owner._stopped or self._abandoned:
                 future.set_result(None)
             else:
                 self._watch = (position, loop, future)
@@ -334,6 +335,18 @@ class Deliveries:
         _wake(wakes)
         for subscription in subscriptions:
             subscription._offer(events)
+
+    def abandon(self, gone: Callable[[bytes], bool]) -> None:
+        """The partitions of the keys ``gone`` accepts were given up: their waiting tickets answer
+        "undecided" now (their records' decisions are made by the partitions' new owner)."""
+        wakes: list[_Wake] = []
+        with self._lock:
+            for key, waiting in self._tickets.items():
+                if gone(key):
+                    for ticket in waiting:
+                        ticket._abandoned = True
+                        ticket._end_locked(None, wakes)
+        _wake(wakes)
 
     def fail(self, failure: Failure) -> None:
         """The projector stopped on a failure: every ticket and subscription raises it."""

@@ -23,10 +23,15 @@ key                    meaning                                         value
 ``H`` conv 1F turn seq a hidden message (its turn was replaced)       ``HiddenRow`` + ``MessageRow``
 ``P`` name 00 part     checkpoint: next offset to apply                offset
 ``Q`` part offset      a quarantined poison record                     reason (UTF-8)
-``X``                  admission outcome counters                      7 x u64
-``U`` name 00 key      a custom projection's own keyspace              the projection's bytes
+``X`` part             admission outcome counters of one partition     7 x u64
+``U`` name 00 part key a custom projection's rows of one partition     the projection's bytes
 ``m`` name             metadata (layout version, backend identity)     ``STATE_FORMAT``, JSON
 =====================  ==============================================  =========================================
+
+Everything a partition's records wrote can be dropped without touching another partition
+(``engine.revoke(p, drop=True)``): checkpoints, poison, counters and custom rows carry the
+partition in their key, and every conversation-scoped row belongs to the partition of its
+conversation (``schemas.records.partition_for_key``, as the log), so no read key changes.
 
 Every prefix is a constant below and every key is built, split and ranged by a function here
 (``conv_range``, ``prefix_end``, ``custom_keyspace`` ...): no other module spells a key byte.
@@ -82,12 +87,15 @@ __all__ = [
     "conversation_ranges",
     "conversations_range",
     "custom_keyspace",
+    "custom_partition_keyspace",
     "hidden_key",
     "message_key",
     "meta_key",
     "poison_key",
+    "poison_partition_range",
     "poison_range",
     "prefix_end",
+    "read_checkpoint_key",
     "read_conv_key",
     "read_key_u64",
     "read_poison_key",
@@ -95,14 +103,16 @@ __all__ = [
     "read_turn_value",
     "receipt_key",
     "source_key",
+    "stats_key",
     "system_key",
     "turn_key",
     "turn_value",
 ]
 
-STATE_FORMAT = b"4"
+STATE_FORMAT = b"5"
 """Version of this layout and of the admission rules that filled it (``m format``); a state of
-another version is rebuilt. 4: every field of a decoded event is validated before admission, so
+another version is rebuilt. 5: counters and custom projection rows per partition, so a
+partition's state is dropped whole. 4: every field of a decoded event is validated before admission, so
 a state of 3 may hold records (or counters) that a rebuild now decides as poison."""
 
 SEP = b"\x1f"
@@ -245,11 +255,28 @@ def checkpoint_range(name: str) -> tuple[bytes, bytes]:
     return lower, prefix_end(lower)
 
 
+def read_checkpoint_key(key: bytes) -> tuple[str, int]:
+    """``(name, partition)`` of a ``P`` key."""
+    name = key[len(CHECKPOINT):-_U32.size - len(_NAME_END)]  # the partition is fixed-width, last
+    return name.decode("utf-8"), int(_U32.unpack_from(key, len(key) - _U32.size)[0])
+
+
 def custom_keyspace(name: str) -> tuple[bytes, bytes]:
-    """``[lower, upper)`` of every state key of the custom projection ``name``; its keys are
-    ``lower + the projection's own key``."""
+    """``[lower, upper)`` of every state key of the custom projection ``name`` (all partitions)."""
     lower = _named(CUSTOM, name)
     return lower, prefix_end(lower)
+
+
+def custom_partition_keyspace(name: str, partition: int) -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of the rows of projection ``name`` written by the events of one
+    partition; its keys are ``lower + the projection's own key``."""
+    lower = _named(CUSTOM, name) + _U32.pack(partition)
+    return lower, prefix_end(lower)
+
+
+def stats_key(partition: int) -> bytes:
+    """The admission counters of one partition (``STATS_KEY`` is their prefix)."""
+    return STATS_KEY + _U32.pack(partition)
 
 
 def poison_key(partition: int, offset: int) -> bytes:
@@ -260,6 +287,12 @@ def read_poison_key(key: bytes) -> tuple[int, int]:
     """``(partition, offset)`` of a ``Q`` key."""
     at = len(POISON)
     return int(_U32.unpack_from(key, at)[0]), int(_U64.unpack_from(key, at + _U32.size)[0])
+
+
+def poison_partition_range(partition: int) -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of the quarantined poison records of one partition."""
+    lower = POISON + _U32.pack(partition)
+    return lower, prefix_end(lower)
 
 
 def poison_range() -> tuple[bytes, bytes]:
@@ -467,6 +500,11 @@ class Stats:
 
     def copy(self) -> Stats:
         return Stats(*(getattr(self, f) for f in Stats.__slots__))
+
+    @classmethod
+    def total(cls, parts: list[Stats]) -> Stats:
+        """The counters of several partitions added up."""
+        return cls(*(sum(getattr(s, f) for s in parts) for f in Stats.__slots__))
 
     @classmethod
     def decode(cls, b: bytes | None) -> Stats:

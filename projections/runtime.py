@@ -1,6 +1,7 @@
 """The projector runtime: consume the log in order, decide, project, checkpoint, wake writers.
 
-One thread per engine consumes every partition through a cursor. For each step (the records
+One thread per engine consumes the partitions it owns (every partition unless told otherwise)
+through a cursor. For each step (the records
 one ``poll`` returned) it applies admission, the read projections and the new checkpoints in
 **one RocksDB WriteBatch**; only after that write returns does it publish the applied offsets,
 wake the readers waiting on those positions, hand each writer's ticket its decision and each
@@ -10,6 +11,16 @@ same lock the projector publishes under, so no wake-up is lost.
 Poison records are decided as ``corrupt`` by admission: counted, quarantined, skipped; the
 checkpoint moves past them, so they never cause a crash loop. A failure of the state store
 itself stops the projector (``failure``): waiters are woken and get the error.
+
+**Owned partitions** (a cluster member, docs/design.md §9). ``assign`` takes partitions on: each
+resumes from its own checkpoint and is ``catching_up`` until it has applied the log end seen at
+``assign``, then ``ready``. ``revoke`` stops serving them at once (``partition_state`` says
+``not_owned``, waiters on them raise ``NotOwner``, writers waiting for a decision on them get
+none: ``CommitUnconfirmed``, since their record is in the log and its new owner decides it), then
+waits for the step in progress, after which no step applies them; ``drop=True`` deletes their
+state in one WriteBatch. The cursor follows the owned set on the projector thread (a Kafka
+consumer is not thread-safe): records of a partition not owned, or taken on but not yet
+re-positioned at its checkpoint, are skipped, never applied out of order.
 """
 
 from __future__ import annotations
@@ -19,7 +30,7 @@ import heapq
 import logging
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -28,12 +39,13 @@ from projections.admission import Decision, Known, admit
 from projections.custom import Projection, ProjectionTx, check_name, keyspace
 from projections.delivery import Deliveries, Subscription, Ticket
 from projections.events import ProjectedEvent
+from projections.partitions import Ownership, PartitionState
 from projections.store import DamagedState, StateStore, Tx
 from schemas.batch import Batch
 from schemas.errors import DuplicateProjection, LogUnavailable, ProjectionError, StateUnavailable
 from schemas.positions import LogPosition
 
-__all__ = ["CORE", "CursorLike", "Projector", "RecordLike", "checkpoints", "scratch_prefix"]
+__all__ = ["CORE", "CursorLike", "PartitionState", "Projector", "RecordLike", "checkpoints", "scratch_prefix"]
 
 log = logging.getLogger("histlog.projector")
 
@@ -56,6 +68,7 @@ class RecordLike(Protocol):
 
 class CursorLike(Protocol):
     def poll(self, timeout: float, max_records: int = ...) -> Sequence[RecordLike]: ...
+    def assign(self, start: Mapping[int, int]) -> None: ...
     def wakeup(self) -> None: ...
     def close(self) -> None: ...
 
@@ -80,19 +93,25 @@ ReadFn = Callable[[int, int, int], Sequence[RecordLike]]
 ProgressFn = Callable[[int, int], None]
 
 
-class Projector:
+class Projector(Ownership):
     """Applies log records to a ``StateStore``; thread-safe to wait on and to read stats from."""
 
-    def __init__(self, store: StateStore, partitions: int) -> None:
+    def __init__(self, store: StateStore, partitions: int, owned: Iterable[int] | None = None) -> None:
         self.store = store
         self.partitions = partitions
+        self._owned = frozenset(range(partitions)) if owned is None else frozenset(owned)
+        self._catching: dict[int, int] = {}  # taken on -> the log end seen then, until applied reaches it
+        self._unsynced: set[int] = set()  # taken on; the cursor is not yet positioned at its checkpoint
+        self._replan = False  # the cursor must follow ``_owned`` (done on the projector thread)
+        self.applied_records = [0] * partitions
+        """Records applied per partition since this projector started (what a resume re-applied)."""
         self._cond = threading.Condition()
         # Writers waiting on one position each: (offset, event) heaps per partition, so a step
         # wakes exactly the writers it decided instead of every waiting thread.
         self._waiters: list[list[tuple[int, int, threading.Event]]] = [[] for _ in range(partitions)]
         self._waiter_seq = 0
         self._applied = checkpoints(store, partitions)
-        self._stats = keys.Stats.decode(store.get(keys.STATS_KEY))
+        self._stats = [keys.Stats.decode(store.get(keys.stats_key(p))) for p in range(partitions)]
         self.deliveries = Deliveries()
         self._thread: threading.Thread | None = None
         self._cursor: CursorLike | None = None
@@ -107,7 +126,10 @@ class Projector:
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self, open_cursor: Callable[[Mapping[int, int]], CursorLike]) -> None:
         """Open a cursor at the checkpoints and consume on a daemon thread until ``stop()``."""
-        self._cursor = open_cursor(dict(enumerate(self.applied_offsets())))
+        offsets = self.applied_offsets()
+        self._cursor = open_cursor(dict(enumerate(offsets)))
+        if self._owned != frozenset(range(self.partitions)):
+            self._cursor.assign({p: offsets[p] for p in self._owned})
         self._thread = threading.Thread(target=self._run, name="histlog-projector", daemon=True)
         self._thread.start()
 
@@ -129,6 +151,7 @@ class Projector:
         assert cursor is not None  # Invariant: start() sets the cursor before the thread runs.
         while not self._stopping:
             try:
+                self._follow(cursor)
                 records = cursor.poll(_POLL_TIMEOUT, _MAX_RECORDS)
             except Exception as e:  # the log is unavailable: keep the error visible, retry
                 if self.poll_error is None:
@@ -162,18 +185,24 @@ class Projector:
     def _apply(self, records: Sequence[RecordLike]) -> None:
         tx = self.store.tx()
         live = dict(self._live)
-        step_txs: dict[str, ProjectionTx] = {}
-        stats = self._stats.copy()
+        step_txs: dict[tuple[str, int], ProjectionTx] = {}
+        stats = list(self._stats)
         applied = list(self._applied)
+        counted = [0] * self.partitions
+        owned, unsynced = self._owned, self._unsynced
         decided: list[tuple[LogPosition, bytes, Decision]] = []
         events: list[ProjectedEvent] = []
         want_events = bool(live) or self.deliveries.wants_events
         for r in records:
             p, o = r.partition, r.offset
-            if o < applied[p]:
-                continue  # Invariant: replays after a seek never apply a record twice.
+            if o < applied[p] or p not in owned or p in unsynced:
+                continue  # Invariant: replays after a seek never apply a record twice, nor skip one.
+            if not counted[p]:
+                stats[p] = stats[p].copy()
+            counted[p] += 1
             position = LogPosition(p, o)
-            decision, event = admit(tx, stats, position, r.key, r.value, known=self._known, want_event=want_events)
+            decision, event = admit(tx, stats[p], position, r.key, r.value, known=self._known,
+                                    want_event=want_events)
             if event is not None:
                 self._feed(live, step_txs, tx, event)
                 events.append(event)
@@ -181,34 +210,38 @@ class Projector:
             decided.append((position, r.key, decision))
         if not decided:
             return
-        for name, ptx in step_txs.items():
+        for (name, _), ptx in step_txs.items():
             if name in live:
                 ptx.commit()
         for p in range(self.partitions):
             if applied[p] != self._applied[p]:
                 for name in (CORE, *live):
                     tx.put(keys.checkpoint_key(name, p), keys.u64(applied[p]))
-        tx.put(keys.STATS_KEY, stats.encode())
+                tx.put(keys.stats_key(p), stats[p].encode())
         tx.commit()
         for name in set(self._live) - set(live):  # failed in this step
             del self._live[name]
         with self._cond:
             self._applied = applied
             self._stats = stats
+            self.applied_records = [a + n for a, n in zip(self.applied_records, counted, strict=True)]
+            for p in [p for p, end in self._catching.items() if applied[p] >= end]:
+                del self._catching[p]
             for p, heap in enumerate(self._waiters):
                 while heap and heap[0][0] < applied[p]:
                     heapq.heappop(heap)[2].set()
             self._cond.notify_all()
         self.deliveries.publish(decided, events)
 
-    def _feed(self, live: dict[str, Projection], step_txs: dict[str, ProjectionTx], tx: Tx,
+    def _feed(self, live: dict[str, Projection], step_txs: dict[tuple[str, int], ProjectionTx], tx: Tx,
               event: ProjectedEvent) -> None:
         """Give one accepted event to every live custom projection; a projection that raises is
         dropped from this step (its writes with it) and stops until it is registered again."""
         for name, projection in list(live.items()):
-            ptx = step_txs.get(name)
+            at = (name, event.position.partition)
+            ptx = step_txs.get(at)
             if ptx is None:
-                ptx = step_txs[name] = ProjectionTx(tx, name)
+                ptx = step_txs[at] = ProjectionTx(tx, *at)
             try:
                 projection.apply(event, ptx)
             except Exception as e:
@@ -247,8 +280,9 @@ class Projector:
         done = [0] * self.partitions  # next offset of the scratch admission, per partition
         while True:
             targets = self.applied_offsets()
-            total = sum(targets)
-            for p in range(self.partitions):
+            owned = self.owned
+            total = sum(targets[p] for p in owned)
+            for p in sorted(owned):
                 empty_reads = 0
                 while done[p] < targets[p]:
                     records = [r for r in read(p, done[p], _MAX_RECORDS) if r.offset < targets[p]]
@@ -268,14 +302,18 @@ class Projector:
                     if progress is not None:
                         progress(sum(done), total)
             with self._step_lock:
-                if self.applied_offsets() == done:
+                applied = self.applied_offsets()
+                if any(done[p] > applied[p] for p in self._owned):
+                    raise ProjectionError(f"a partition was dropped while projection {name!r} caught up; "
+                                          "register it again")
+                if all(done[p] == applied[p] for p in self._owned):
                     self._live[name] = projection
                     return
 
     def _catch_up_step(self, projection: Projection, name: str, scratch: StateStore,
                        records: Sequence[RecordLike], start: int) -> None:
         admission_tx, tx = scratch.tx(), self.store.tx()
-        ptx = ProjectionTx(tx, name)
+        ptx = ProjectionTx(tx, name, records[-1].partition)
         for r in records:
             deliver = r.offset >= start
             _, event = admit(admission_tx, keys.Stats(), LogPosition(r.partition, r.offset), r.key, r.value,
@@ -357,7 +395,7 @@ class Projector:
 
     def stats(self) -> keys.Stats:
         with self._cond:
-            return self._stats.copy()
+            return keys.Stats.total([self._stats[p] for p in sorted(self._owned)])
 
     def wait_applied(self, position: LogPosition, timeout: float | None) -> bool:
         """Wait until ``position`` has been applied. False on timeout; raises if the projector failed."""
@@ -365,6 +403,8 @@ class Projector:
         with self._cond:
             if self.failure is not None:
                 raise self._failed_now()
+            if p not in self._owned:
+                raise self._not_owner(p)
             if self._applied[p] > o:
                 return True
             event = threading.Event()
@@ -373,14 +413,20 @@ class Projector:
         ok = event.wait(timeout)
         if self.failure is not None:
             raise self._failed_now()
+        with self._cond:
+            if p not in self._owned:  # revoked while waiting
+                raise self._not_owner(p)
         return ok
 
     def wait_offsets(self, targets: Sequence[int], timeout: float | None) -> bool:
-        """Wait until every partition has applied up to ``targets[p]`` (exclusive)."""
+        """Wait until every owned partition has applied up to ``targets[p]`` (exclusive); one
+        revoked meanwhile is no longer waited for."""
+        def done() -> bool:
+            return self.failure is not None or all(
+                a >= t or p not in self._owned for p, (a, t) in enumerate(zip(self._applied, targets, strict=True)))
+
         with self._cond:
-            ok = self._cond.wait_for(
-                lambda: self.failure is not None or all(a >= t for a, t in zip(self._applied, targets, strict=True)),
-                timeout)
+            ok = self._cond.wait_for(done, timeout)
             if self.failure is not None:
                 raise self._failed_now()
             return ok

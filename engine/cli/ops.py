@@ -32,13 +32,15 @@ _OFFSETS = ("end_offsets", "applied_offsets", "lag")
 
 def _stats_lines(stats: EngineStats, poison: list[dict[str, str]]) -> list[str]:
     """The offsets per partition, then every counter of ``EngineStats`` (numbers right-aligned
-    in column 25), then each poison record."""
+    in column 25; a list, such as the owned partitions, comma-separated), then each poison record."""
     lines = [f"{'partition':>9}  {'end':>10}  {'applied':>10}  {'lag':>8}"]
     for p, (end, applied, lag) in enumerate(zip(stats.end_offsets, stats.applied_offsets, stats.lag, strict=True)):
         lines.append(f"{p:>9}  {end:>10}  {applied:>10}  {lag:>8}")
     lines.append("")
     for name in (f.name for f in fields(stats) if f.name not in _OFFSETS):
-        lines.append(f"{name} {getattr(stats, name):>{24 - len(name)}}")
+        value = getattr(stats, name)
+        shown = ",".join(map(str, value)) if isinstance(value, list) else value  # per partition: in order
+        lines.append(f"{name} {shown:>{24 - len(name)}}")
     lines.extend(f"poison at {item['position']}: {item['reason']}" for item in poison)
     return lines
 

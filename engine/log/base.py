@@ -49,7 +49,7 @@ class Record:
 
 
 class LogCursor(abc.ABC):
-    """A reader over all partitions of a log, positioned per partition.
+    """A reader over all partitions of a log (or those ``assign`` names), positioned per partition.
 
     Not thread-safe: one thread owns a cursor (the projector). ``poll`` returns the next
     records after each partition's position, in offset order per partition, and advances
@@ -62,6 +62,12 @@ class LogCursor(abc.ABC):
 
     @abc.abstractmethod
     def seek(self, partition: int, offset: int) -> None: ...
+
+    @abc.abstractmethod
+    def assign(self, start: Mapping[int, int]) -> None:
+        """Read exactly the partitions of ``start`` from now on, each from ``start[p]`` (a
+        partition left out is no longer read; one kept is positioned again). On the thread
+        that polls (a Kafka consumer is not thread-safe)."""
 
     @abc.abstractmethod
     def wakeup(self) -> None: ...

@@ -54,6 +54,7 @@ class ConditionCursor(LogCursor):
         self._source = source
         n = source.partitions
         self._positions = [max(0, int(start.get(p, 0))) for p in range(n)]
+        self._read = list(range(n))  # the partitions polled (``assign``)
         self._next_first = 0
         self._woken = False
         self._closed = False
@@ -73,8 +74,7 @@ class ConditionCursor(LogCursor):
                     return []
                 if self._source.is_closed_locked():
                     return []
-                if any(self._positions[p] < self._source.visible_end_locked(p)
-                       for p in range(len(self._positions))):
+                if any(self._positions[p] < self._source.visible_end_locked(p) for p in self._read):
                     continue
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -82,8 +82,10 @@ class ConditionCursor(LogCursor):
                 cond.wait(remaining)
 
     def _read_available(self, max_records: int) -> list[Record]:
-        n = len(self._positions)
-        order = [(self._next_first + i) % n for i in range(n)]
+        n = len(self._read)
+        if not n:
+            return []
+        order = [self._read[(self._next_first + i) % n] for i in range(n)]
         self._next_first = (self._next_first + 1) % n
         share = max(1, -(-max_records // n))
         out: list[Record] = []
@@ -102,6 +104,15 @@ class ConditionCursor(LogCursor):
         if not 0 <= partition < len(self._positions):
             raise ValueError(f"partition {partition} does not exist (the log has {len(self._positions)})")
         self._positions[partition] = max(0, offset)
+
+    def assign(self, start: Mapping[int, int]) -> None:
+        for p in start:
+            if not 0 <= p < len(self._positions):
+                raise ValueError(f"partition {p} does not exist (the log has {len(self._positions)})")
+        for p, offset in start.items():
+            self._positions[p] = max(0, int(offset))
+        self._read = sorted(start)
+        self._next_first = 0
 
     def wakeup(self) -> None:
         cond = self._source.arrival

@@ -434,6 +434,7 @@ class KafkaCursor(LogCursor):
         self._consumer = consumer
         self._woken = threading.Event()
         self._closed = False
+        self._assigned = True
         tps = owner._tps()
         self._owner._call("assign the cursor", lambda: self._assign(tps, start))
 
@@ -450,6 +451,10 @@ class KafkaCursor(LogCursor):
         while True:
             if self._woken.is_set():
                 self._woken.clear()
+                return []
+            if not self._assigned:  # a consumer with no partition cannot poll: wait for a wakeup
+                if self._woken.wait(max(0.0, deadline - time.monotonic())):
+                    continue
                 return []
             remaining = deadline - time.monotonic()
             slice_ms = int(max(0.0, min(_POLL_SLICE_S, remaining)) * 1000)
@@ -469,6 +474,14 @@ class KafkaCursor(LogCursor):
             raise ValueError(f"partition {partition} out of range 0..{self._owner.partitions - 1}")
         tp = TopicPartition(self._owner.topic, partition)
         self._owner._call("seek the cursor", lambda: self._consumer.seek(tp, max(0, int(offset))))
+
+    def assign(self, start: Mapping[int, int]) -> None:
+        for p in start:
+            if not 0 <= p < self._owner.partitions:
+                raise ValueError(f"partition {p} out of range 0..{self._owner.partitions - 1}")
+        tps = [TopicPartition(self._owner.topic, p) for p in sorted(start)]
+        self._owner._call("assign the cursor", lambda: self._assign(tps, start))
+        self._assigned = bool(tps)
 
     def wakeup(self) -> None:
         self._woken.set()

@@ -3,7 +3,7 @@ to ``build_app`` beyond the route table (events, metrics, health), assembled in 
 
 - ``/healthz``: 200 while the process serves requests (it checks nothing else: a liveness probe
   that fails on a slow log would restart a healthy server).
-- ``/readyz``: 200 once the engine has applied, on every partition, the log's end offsets as
+- ``/readyz``: 200 once the engine has applied, on every partition it owns, the log's end offsets as
   they were when the app was built (the startup catch-up), else 503 ``NotReady`` with
   ``Retry-After``. Once ready it stays ready (readiness says "caught up at start", not "lag 0
   now": a busy server always lags a few records and must keep serving). Neither needs a token.
@@ -42,8 +42,10 @@ class Readiness:
         """None when ready, else the ``NotReady`` saying how far behind (a ``stats()`` call, until ready)."""
         if self._ready:
             return None
-        applied = self.engine.stats().applied_offsets
-        behind = {p: t - a for p, (t, a) in enumerate(zip(self.targets, applied, strict=True)) if a < t}
+        stats = self.engine.stats()
+        owned = set(stats.owned_partitions)  # a partition not owned is not this engine's to catch up
+        behind = {p: t - a for p, (t, a) in enumerate(zip(self.targets, stats.applied_offsets, strict=True))
+                  if a < t and p in owned}
         if not behind:
             self._ready = True
             return None

@@ -201,6 +201,8 @@ class StatsOut(BaseModel):
     corrupt: int
     precondition_failed: int
     not_replaceable: int
+    owned_partitions: list[int] = []
+    applied_since_open: list[int] = []
     poison: list[PoisonOut]
 
 

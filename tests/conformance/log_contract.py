@@ -288,6 +288,45 @@ class LogContract:
         finally:
             cursor.close()
 
+    def test_cursor_assign_reads_exactly_the_given_partitions_from_the_given_offsets(self, make_log: MakeLog) -> None:
+        log = make_log(3)
+        appended: dict[int, list[LogPosition]] = {0: [], 1: [], 2: []}
+        for i in range(30):
+            pos = log.append(_key(f"conversation-{i % 7}"), str(i).encode())
+            appended[pos.partition].append(pos)
+        assert all(len(v) >= 2 for v in appended.values())
+        cursor = log.cursor({})
+        try:
+            assert len(_poll_until(cursor, 30)) == 30
+            cursor.assign({0: appended[0][1].offset, 2: 0})
+            want = appended[0][1:] + appended[2]
+            got = _poll_until(cursor, len(want))
+            assert sorted(r.position for r in got) == sorted(want)  # nothing of partition 1
+            late = log.append(_key(next(f"c{i}" for i in range(99) if partition_for_key(_key(f"c{i}"), 3) == 1)),
+                              b"late")
+            cursor.assign({1: late.offset})
+            assert [r.position for r in _poll_until(cursor, 1)] == [late]
+        finally:
+            cursor.close()
+
+    def test_cursor_with_no_partition_polls_nothing_and_wakes(self, make_log: MakeLog) -> None:
+        log = make_log(1)
+        pos = log.append(_key(_conv()), b"x")
+        cursor = log.cursor({})
+        result: list[list[Record]] = []
+        try:
+            cursor.assign({})
+            assert cursor.poll(timeout=0.05) == []
+            th = threading.Thread(target=lambda: result.append(cursor.poll(timeout=60.0)))
+            th.start()
+            cursor.wakeup()
+            th.join(timeout=WAIT)
+            assert not th.is_alive() and result == [[]]
+            cursor.assign({0: 0})
+            assert [r.position for r in _poll_until(cursor, 1)] == [pos]
+        finally:
+            cursor.close()
+
     def test_cursor_poll_times_out_with_an_empty_list(self, make_log: MakeLog) -> None:
         log = make_log(1)
         cursor = log.cursor({})

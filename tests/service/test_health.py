@@ -1,11 +1,14 @@
 """``/healthz`` and ``/readyz`` over raw HTTP: alive, ready once caught up with the log end seen
-at start (503 ``NotReady`` with ``Retry-After`` before), neither needs the token."""
+at start on the partitions the engine owns (503 ``NotReady`` with ``Retry-After`` before),
+neither needs the token."""
 
 from __future__ import annotations
 
 import http.client
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import orjson
 
@@ -62,3 +65,16 @@ def test_readyz_is_503_not_ready_until_the_start_offsets_are_applied(engine: His
         engine.append(Batch("c", "a2", [Message.user("hi")]))
         assert _get(conn, "/readyz")[0] == 200
         assert _get(conn, "/readyz")[0] == 200  # stays ready
+
+
+def test_readyz_counts_only_the_partitions_the_engine_owns(tmp_path: Path) -> None:
+    with HistoryEngine.open(tmp_path / "d", partitions=2) as full:
+        for i in range(8):  # both partitions get records
+            full.append(Batch(f"c{i}", "a", [Message.user("hi")]))
+        ends = full.log.end_offsets()
+    assert all(ends)
+    shutil.rmtree(tmp_path / "d" / "state")
+    with HistoryEngine.open(tmp_path / "d", owned=[0]) as engine, _server(engine) as conn:
+        assert engine.stats().applied_offsets == [ends[0], 0]  # partition 1 is never applied here
+        status, _, body = _get(conn, "/readyz")
+    assert status == 200 and orjson.loads(body) == {"status": "ready"}

@@ -49,7 +49,7 @@ def test_one_partition_takes_everything() -> None:
 def test_every_key_keeps_its_bytes() -> None:
     c = b"conv"
     ord8 = (3).to_bytes(8, "big")
-    assert keys.STATE_FORMAT == b"4"
+    assert keys.STATE_FORMAT == b"5"
     assert keys.conv_key(c) == b"Cconv"
     assert keys.read_conv_key(b"Cconv") == c
     assert keys.receipt_key(c, b"a/1") == b"Rconv\x1fa/1"
@@ -67,6 +67,8 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.meta_key("format") == keys.FORMAT_KEY == b"mformat"
     assert keys.IDENTITY_KEY == b"midentity"
     assert keys.STATS_KEY == b"X"
+    assert keys.stats_key(2) == b"X" + (2).to_bytes(4, "big")
+    assert keys.read_checkpoint_key(keys.checkpoint_key("core", 2)) == ("core", 2)
 
 
 def test_ranges_keep_their_bounds() -> None:
@@ -78,6 +80,9 @@ def test_ranges_keep_their_bounds() -> None:
     assert keys.poison_range() == (b"Q", b"R")
     assert keys.checkpoint_range("core") == (b"Pcore\x00", b"Pcore\x01")
     assert keys.custom_keyspace("n") == keyspace("n") == (b"Un\x00", b"Un\x01")
+    two = (2).to_bytes(4, "big")
+    assert keys.custom_partition_keyspace("n", 2) == (b"Un\x00" + two, b"Un\x00" + (3).to_bytes(4, "big"))
+    assert keys.poison_partition_range(2) == (b"Q" + two, b"Q" + (3).to_bytes(4, "big"))
 
 
 @pytest.mark.parametrize(("prefix", "end"),

@@ -1,0 +1,162 @@
+"""What a partition's records wrote to the state, found and deleted as one unit.
+
+A member of a cluster owns a changing subset of the log's partitions (docs/design.md §9);
+admission never crosses partitions, because a conversation lives in one. So the state of a
+partition is: the rows of its conversations (the partition of a conversation is
+``schemas.records.partition_for_key``, as the log's), and the rows keyed by the partition
+itself (``projections.keys``: checkpoints, poison, counters, custom projection rows). No read
+key carries the partition, so the reads and their costs are those of a full replica.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal, Protocol
+
+from projections import keys
+from projections.delivery import Deliveries
+from projections.store import StateStore, Tx
+from schemas.errors import NotOwner
+from schemas.records import partition_for_key
+
+__all__ = ["Ownership", "PartitionState", "drop_partition"]
+
+PartitionState = Literal["not_owned", "catching_up", "ready"]
+
+
+def drop_partition(store: StateStore, tx: Tx, partition: int, partitions: int) -> None:
+    """Add to ``tx`` the deletion of everything the records of ``partition`` wrote: its
+    conversations' rows, its poison, counters and checkpoints (of admission and of every custom
+    projection) and the custom rows of its events. Committed in one WriteBatch, so a crash
+    leaves the partition either whole or gone (and then rebuilt from offset 0 when taken again).
+    Reads every conversation summary row once: a drop is rare, a read never pays for it."""
+    snap = store.iterator()
+    convs = [keys.read_conv_key(k) for k, _ in snap.scan(*keys.conversations_range())]
+    for conv in convs:
+        if partition_for_key(conv, partitions) == partition:
+            tx.delete(keys.conv_key(conv))
+            for lower, upper in keys.conversation_ranges(conv):
+                tx.delete_range(lower, upper)
+    tx.delete_range(*keys.poison_partition_range(partition))
+    tx.delete(keys.stats_key(partition))
+    checkpoints = [k for k, _ in snap.scan(keys.CHECKPOINT, keys.prefix_end(keys.CHECKPOINT))]
+    for k in checkpoints:
+        name, p = keys.read_checkpoint_key(k)
+        if p == partition:
+            tx.delete(k)
+            tx.delete_range(*keys.custom_partition_keyspace(name, p))  # none for admission's own
+
+
+class _Cursor(Protocol):
+    def assign(self, start: Mapping[int, int]) -> None: ...
+    def wakeup(self) -> None: ...
+
+
+class Ownership:
+    """The owned-partitions half of ``projections.runtime.Projector`` (its module says what is
+    promised): which partitions the projector applies and serves, and how each one taken on
+    catches up. ``_owned`` and ``_catching`` change under ``_cond`` (a reader's ``partition_state``
+    is never torn); ``assign`` also holds the step lock, and ``revoke`` takes it right after, so a
+    step applies one owned set and none runs past a revoke's return."""
+
+    store: StateStore
+    partitions: int
+    deliveries: Deliveries
+    _cond: threading.Condition
+    _step_lock: threading.Lock
+    _applied: list[int]
+    _stats: list[keys.Stats]
+    _waiters: list[list[tuple[int, int, threading.Event]]]
+    _cursor: _Cursor | None
+    _owned: frozenset[int]
+    _catching: dict[int, int]  # taken on -> the log end seen then, until applied reaches it
+    _unsynced: set[int]  # taken on; the cursor is not yet positioned at its checkpoint
+    _replan: bool  # the cursor must follow ``_owned`` (done on the projector thread)
+
+    def _follow(self, cursor: _Cursor) -> None:
+        """Between two steps, on the projector thread: give the cursor the owned set, each
+        partition at its applied offset (exact here: no step runs)."""
+        with self._step_lock:
+            if not self._replan:
+                return
+            cursor.assign({p: self._applied[p] for p in self._owned})
+            self._replan = False
+            self._unsynced.clear()
+
+    @property
+    def owned(self) -> frozenset[int]:
+        with self._cond:
+            return self._owned
+
+    def partition_state(self, partition: int) -> PartitionState:
+        with self._cond:
+            if partition not in self._owned:
+                return "not_owned"
+            return "catching_up" if partition in self._catching else "ready"
+
+    def serving_all(self) -> bool:
+        """Every partition is owned and ready (a full replica: nothing to check per call)."""
+        with self._cond:
+            return not self._catching and len(self._owned) == self.partitions
+
+    def assign(self, parts: Iterable[int], ends: Sequence[int]) -> None:
+        """Take ``parts`` on: each resumes from its checkpoint, ``catching_up`` until it has
+        applied ``ends[p]`` (the log end seen now). Returns at once; the projector catches up."""
+        with self._step_lock:
+            new = frozenset(parts) - self._owned
+            if not new:
+                return
+            with self._cond:
+                for p in new:
+                    if self._applied[p] < ends[p]:
+                        self._catching[p] = ends[p]
+                self._owned = self._owned | new
+            self._unsynced |= new
+            self._replan = True
+        self._wake_cursor()
+
+    def revoke(self, parts: Iterable[int], *, drop: bool = False) -> None:
+        """Give ``parts`` up (see the module): not served from the start of this call, not applied
+        once it returns; ``drop`` deletes their state too (a later ``assign`` rebuilds from 0)."""
+        gone = frozenset(parts)
+        with self._cond:
+            self._owned = self._owned - gone
+            for p in gone:
+                self._catching.pop(p, None)
+                for _, _, event in self._waiters[p]:
+                    event.set()
+                self._waiters[p].clear()
+            self._cond.notify_all()  # ``wait_offsets`` stops waiting for them
+        self.deliveries.abandon(lambda key: partition_for_key(key, self.partitions) in gone)
+        with self._step_lock:  # the step in progress ends first; later steps skip ``gone``
+            if drop and gone:
+                tx = self.store.tx()
+                for p in sorted(gone):
+                    drop_partition(self.store, tx, p, self.partitions)
+                tx.commit()
+                with self._cond:
+                    for p in gone:
+                        self._applied[p] = 0
+                        self._stats[p] = keys.Stats()
+            self._replan = True
+        self._wake_cursor()
+
+    def check_owned(self, key: bytes) -> None:
+        """``NotOwner`` unless the partition of the record ``key`` is owned. A writer calls this
+        after taking its ticket: a revoke either sees the ticket (and abandons it) or began
+        before, and then this refuses the write."""
+        owned = self._owned  # one read of an immutable set
+        if len(owned) < self.partitions:
+            p = partition_for_key(key, self.partitions)
+            if p not in owned:
+                raise self._not_owner(p)
+
+    def _wake_cursor(self) -> None:
+        cursor = self._cursor
+        if cursor is not None:
+            cursor.wakeup()
+
+    def _not_owner(self, partition: int) -> NotOwner:
+        return NotOwner(f"this engine does not own partition {partition} (owned: {sorted(self._owned)}); "
+                        "ask its owner")
