@@ -330,6 +330,7 @@ class HistoryEngine:
         would refuse, so that it refuses it)."""
         return (isinstance(position, LogPosition) and position.partition < self._log.partitions
                 and not self._closed and self._projector.failure is None
+                and (self._projector.serving_all() or position.partition in self._projector.owned)
                 and self._projector.applied_offsets()[position.partition] > position.offset)
 
     def conversations(self) -> list[ConversationID]:
