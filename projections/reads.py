@@ -121,6 +121,11 @@ class Reads:
                 out.append(ConversationID(keys.read_conv_key(k).decode("utf-8")))
         return out
 
+    def closed(self, conv: str) -> bool:
+        """Whether ``conv`` was cleared (one point read)."""
+        raw = self.store.iterator().get(keys.conv_key(conv.encode("utf-8")))
+        return raw is not None and keys.ConversationRow.decode(raw).closed
+
     # -- positions -------------------------------------------------------------------------------
     def _open(self, conv: str) -> _Opened | None:
         """The one prologue of every read of one conversation: a snapshot (so the read never mixes

@@ -6,7 +6,8 @@ What a stream promises:
 - ``event: message`` (``id: TURN:SEQ``, a StoredMessage as ``data``) for each accepted message,
   in stored order; ``event: replaced`` (``{"hidden":[ids],"superseded_by","reason"}``) right
   before the messages of a turn that replaced one; ``event: closed`` once the conversation is
-  cleared, after which the stream ends; ``: keepalive`` comment lines while idle.
+  cleared, after which the stream ends (at once for a conversation cleared already, resumed or
+  not); ``: keepalive`` comment lines while idle.
 - ``after=TURN:SEQ`` or ``Last-Event-ID`` resumes **without a gap or a duplicate**: the stream
   registers for live events *first*, then reads ``entries(c, after=...)`` to catch up, then
   delivers only the live messages at positions past the last one sent (positions are a total
@@ -298,6 +299,9 @@ async def _frames(engine: AsyncHistoryEngine, follower: Follower, after: History
             yield chunk
         if rows:
             last = rows[-1].position
+    if engine.engine._is_closed(c):  # cleared before the follower registered: its event is past
+        yield frame("closed", orjson.dumps({"conversation_id": c}))
+        return
     while True:
         event = await follower.next(heartbeat)
         if event is None:
