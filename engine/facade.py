@@ -398,6 +398,17 @@ class HistoryEngine:
         self._serve(c)
         return self._reads.window(c, limit, before)
 
+    def _window_canonical(self, conversation_id: str, limit: int, before: HistoryPosition | None = None
+                          ) -> list[bytes]:
+        """``window``'s messages as canonical JSON bytes, the same checks first (for the service,
+        which sends them as stored instead of rebuilding each message to serialise it again)."""
+        c = ConversationID(conversation_id)
+        check_window(limit)
+        check_cursors(None, before)
+        self._check_open()
+        self._serve(c)
+        return self._reads.window_canonical(c, limit, before)
+
     def window_entries(self, conversation_id: str, limit: int) -> StoredWindow:
         """``window``'s messages with where they are stored: the merged system message, then the
         window's turns as ``StoredMessage`` (positions, ids); ``.messages`` equals ``window()``.

@@ -351,6 +351,13 @@ class Reads:
         head = [merge_system([_message(v) for v in system])] if system else []
         return head + [_message(v) for v in suffix]
 
+    def window_canonical(self, conv: str, limit: int, before: HistoryPosition | None = None) -> list[bytes]:
+        """``window``'s messages as their canonical JSON, the suffix's straight from the rows it
+        stored (no decoding, no re-validation: what the service sends as it is)."""
+        system, suffix = self._window_rows(conv, limit, before)
+        head = [merge_system([_message(v) for v in system]).canonical_json()] if system else []
+        return head + [keys.MessageRow.canonical_of(v) for v in suffix]
+
     # -- reads whose result carries where each message is stored ----------------------------------
     def _window_rows(self, conv: str, limit: int, before: HistoryPosition | None = None
                      ) -> tuple[list[bytes], list[bytes]]:

@@ -118,8 +118,8 @@ async def get_messages(request: Request, ctx: Context, query: dict[str, Any]) ->
 async def get_window(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c = segment(request, "c")
     await _at_least(ctx, c, query)
-    messages = await ctx.router.serving(c).window(c, query["limit"], query.get("before"))
-    return json_response({"messages": [m.fragment() for m in messages]})
+    messages = await ctx.router.serving(c)._window_canonical(c, query["limit"], query.get("before"))
+    return json_response({"messages": [orjson.Fragment(m) for m in messages]})
 
 
 async def get_budget(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
