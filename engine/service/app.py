@@ -7,6 +7,14 @@ behind ``BearerAuth`` when a token is given. Every error leaves as problem+json 
 unexpected as a 500 whose detail is one line (the traceback goes to the ``histlog.service`` log on
 stderr, never into a body). Bad input is never a 500.
 
+In a cluster (``ownership``: where the member reads its current ``OwnershipMap``), every
+operation on one conversation (a path with ``{c}``) is decided before its handler runs: the
+query and the conversation id are checked here (a 400 never travels), then ``Router.serving``
+says serve here or forward, and a forward is relayed by the app's one ``Forwarder`` (one hop;
+a request already forwarded that meets a non-owner is 421 ``NotOwner``). ``/v1/stats``,
+``/v1/cluster``, health, metrics and ``/openapi.json`` are always answered here, and
+``GET /v1/conversations`` merges every owner's page.
+
 Adding routes and middleware (``/healthz``, ``/readyz``, ``/metrics``, events): pass them in.
 ``extra_ops`` are ``routes.Op`` rows (documented in ``/openapi.json`` and guarded like every
 other operation); ``extra_routes`` are plain Starlette routes (undocumented: health and metrics);
@@ -31,11 +39,13 @@ from starlette.routing import BaseRoute, Route
 from engine.aio import AsyncHistoryEngine
 from engine.facade import HistoryEngine
 from engine.service import openapi
-from engine.service.auth import DEFAULT_MAX_BODY, BearerAuth, BodyTooLarge
+from engine.service.auth import DEFAULT_MAX_BODY, BearerAuth, BodyTooLarge, read_body
+from engine.service.forward import Forwarder, is_forwarded
 from engine.service.problems import CONTENT_TYPE, problem_of, retry_after, status_of
 from engine.service.routes import OPS, Context, Handler, Op
-from engine.service.routing import RawRoute, Router, parse_query
+from engine.service.routing import Forward, Ownership, RawRoute, Router, parse_query, segment
 from schemas.errors import HistoryError, InvalidRequest, NotFound
+from schemas.ids import ConversationID
 
 __all__ = ["build_app", "problem_response"]
 
@@ -53,12 +63,22 @@ def problem_response(exc: BaseException, *, status: int | None = None) -> Respon
 
 
 def _guarded(op: Op, ctx: Context) -> Any:
-    """``op``'s handler with its query parsed and every failure answered as a problem."""
+    """``op``'s handler with its query parsed, its conversation routed (in a cluster) and every
+    failure answered as a problem."""
     handler: Handler = op.handler
+    routed = "{c}" in op.path
+    stream = op.ok_media == "text/event-stream"
 
     async def endpoint(request: Request) -> Response:
         try:
-            return await handler(request, ctx, parse_query(request, op.query))
+            query = parse_query(request, op.query)
+            if routed and ctx.forwarder is not None:
+                c = str(ConversationID(segment(request, "c")))
+                decided = ctx.router.serving(c, forwarded=is_forwarded(request))
+                if isinstance(decided, Forward):
+                    body = await read_body(request, ctx.max_body)
+                    return await ctx.forwarder.relay(request, decided.url, body, stream=stream)
+            return await handler(request, ctx, query)
         except BodyTooLarge as exc:
             return problem_response(exc, status=413)
         except HistoryError as exc:
@@ -87,12 +107,16 @@ async def _crash(request: Request, exc: Exception) -> Response:
 
 def build_app(engine: HistoryEngine, *, token: str | None = None, max_body: int = DEFAULT_MAX_BODY,
               extra_ops: Sequence[Op] = (), extra_routes: Sequence[BaseRoute] = (),
-              middleware: Sequence[Middleware] = ()) -> Starlette:
+              middleware: Sequence[Middleware] = (), ownership: Ownership | None = None) -> Starlette:
     """The service over ``engine`` (which the caller keeps and closes). ``token``: required as
-    ``Authorization: Bearer`` on every path but /healthz, /readyz, /openapi.json."""
+    ``Authorization: Bearer`` on every path but /healthz, /readyz, /openapi.json. ``ownership``:
+    a cluster member's source of its current ``OwnershipMap`` (None: serve every conversation
+    here); the app's ``Forwarder`` is ``app.state.forwarder`` (close it with ``aclose`` on
+    shutdown)."""
     if max_body <= 0:
         raise ValueError(f"max_body must be positive, got {max_body}")
-    ctx = Context(Router(AsyncHistoryEngine(engine)), max_body)
+    forwarder = None if ownership is None else Forwarder()
+    ctx = Context(Router(AsyncHistoryEngine(engine), ownership), max_body, forwarder)
     ops = (*OPS, *extra_ops)
     document = orjson.dumps(openapi.document(ops))
 
@@ -111,4 +135,5 @@ def build_app(engine: HistoryEngine, *, token: str | None = None, max_body: int 
                     exception_handlers={HTTPException: _http_error, Exception: _crash})
     app.state.context = ctx
     app.state.engine = engine
+    app.state.forwarder = forwarder
     return app
