@@ -172,7 +172,7 @@ class HistoryClient(_Face):
         r = step.request
         try:
             return _answer(self._http.request(r.method, step.base + r.path, params=r.params, content=r.body,
-                                              timeout=step.timeout))
+                                              headers=step.headers, timeout=step.timeout))
         except httpx.TransportError as exc:
             return _failure(exc)
 
@@ -244,6 +244,6 @@ class AsyncHistoryClient(_Face):
         r = step.request
         try:
             return _answer(await self._http.request(r.method, step.base + r.path, params=r.params, content=r.body,
-                                                    timeout=step.timeout))
+                                                    headers=step.headers, timeout=step.timeout))
         except httpx.TransportError as exc:
             return _failure(exc)
