@@ -4,7 +4,7 @@ and measures against a baseline in the same run (ratios, never absolute pass/fai
 ``python -m bench [--quick] [--only NAME[,NAME]] [--json PATH]`` or ``histlog bench`` runs them:
 schemas, codec, log, engine, reads (the read projections vs ``read()`` + Python), middleware, turns,
 kafka (a real broker: ``HISTLOG_KAFKA`` or one started from the Maven Central jars with ``scripts/kafka``), and
-service (``histlog serve`` vs the same engine in process).
+service (``histlog serve`` vs the same engine in process), and forward (one hop between cluster members).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 __all__ = ["NAMES", "run_all"]
 
-NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service")
+NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "forward")
 
 
 def run_all(argv: list[str] | None = None) -> int:
