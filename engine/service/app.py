@@ -66,13 +66,12 @@ def _guarded(op: Op, ctx: Context) -> Any:
     """``op``'s handler with its query parsed, its conversation routed (in a cluster) and every
     failure answered as a problem."""
     handler: Handler = op.handler
-    routed = "{c}" in op.path
     stream = op.ok_media == "text/event-stream"
 
     async def endpoint(request: Request) -> Response:
         try:
             query = parse_query(request, op.query)
-            if routed and ctx.forwarder is not None:
+            if op.routed and ctx.forwarder is not None:
                 c = str(ConversationID(segment(request, "c")))
                 decided = ctx.router.serving(c, forwarded=is_forwarded(request))
                 if isinstance(decided, Forward):

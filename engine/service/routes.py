@@ -67,6 +67,12 @@ class Op:
     """The success body's media type; one other than JSON (``text/event-stream``) is documented
     as a string."""
 
+    @property
+    def routed(self) -> bool:
+        """Whether the operation is on one conversation (its path has ``{c}``): in a cluster it is
+        served by the conversation's owner, so a member may forward it or answer 421."""
+        return "{c}" in self.path
+
 
 def json_response(tree: Any, status: int = 200) -> Response:
     """A JSON response; ``tree`` may hold ``orjson.Fragment``s (the schemas' own ``to_json``)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import random
 import socket
 import time
 import uuid
@@ -40,6 +41,7 @@ from engine.service.app import build_app
 from engine.service.events import EventHub
 from engine.service.forward import Forwarder
 from engine.service.health import observability
+from engine.service.routes import merge_pages
 from engine.service.routing import Router
 from engine.service.wire import FORWARDED_HEADER
 from schemas.batch import Batch, Receipt
@@ -285,13 +287,20 @@ def test_events_stream_is_relayed_with_after_and_last_event_id(cluster: Cluster)
             assert response.headers["content-type"].startswith("text/event-stream")
             got = _messages(response, 2)
         assert [text for _, text in got] == ["m0", "m1"]
+        _until_no_stream(cluster.a.hub)
         with http.stream("GET", cluster.b.url + path(c, "/events"), headers={"Last-Event-ID": got[0][0]}) as response:
             assert response.status_code == 200
             assert put(cluster.a.url, c, "a-2", "m2")[0] == 200  # live, after the stream opened
             assert [text for _, text in _messages(response, 2)] == ["m1", "m2"]
             assert cluster.a.hub.streams == 1  # the relayed stream is the owner's stream
+    _until_no_stream(cluster.a.hub)
+
+
+def _until_no_stream(hub: EventHub) -> None:
+    """Bounded wait until the owner has no stream left: the relay closes the owner's stream when
+    its own client leaves."""
     deadline = time.monotonic() + 10
-    while cluster.a.hub.streams:  # the client left: the relay closes the owner's stream too
+    while hub.streams:
         assert time.monotonic() < deadline, "the owner's stream outlived its relayed client"
         time.sleep(0.01)
 
@@ -369,3 +378,40 @@ def test_a_single_url_client_never_reads_the_map(cluster: Cluster) -> None:
     with HistoryClient(cluster.a.url, token=TOKEN) as client:
         client.append(_batch(c, "a-1", "x"))
     assert count(cluster.a.url, "GET", "/v1/cluster", 200) == before
+
+
+# ----- the merge of pages, and the document
+@pytest.mark.parametrize("seed", range(20))
+def test_merged_pages_list_every_id_once_in_order_whatever_the_split(seed: int) -> None:
+    rng = random.Random(seed)
+    ids = sorted({f"c{rng.randrange(10_000):05d}" for _ in range(rng.randrange(0, 60))})
+    members = rng.randrange(1, 5)
+    owned: list[list[str]] = [[] for _ in range(members)]
+    for i in ids:
+        owned[rng.randrange(members)].append(i)
+    limit = rng.randrange(1, 8)
+    seen: list[str] = []
+    after: str | None = None
+    for _ in range(len(ids) + 2):
+        pages = []
+        for mine in owned:  # each member's page of the same query, as get_conversations makes it
+            past = [i for i in mine if after is None or i > after]
+            pages.append((past[:limit], len(past) > limit))
+        page, after = merge_pages(pages, limit)
+        assert len(page) <= limit
+        seen += page
+        if after is None:
+            break
+    assert seen == ids
+
+
+def test_openapi_documents_the_cluster_route_and_421_on_routed_operations(served: Served) -> None:
+    doc = httpx.get(served.url + "/openapi.json", timeout=10).json()
+    cluster = doc["paths"]["/v1/cluster"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert cluster == {"$ref": "#/components/schemas/ClusterOut"}
+    assert set(doc["components"]["schemas"]["ClusterOut"]["required"]) == {
+        "group", "generation", "partitions", "self", "owners"}
+    window = doc["paths"]["/v1/conversations/{c}/window"]["get"]
+    assert "421" in window["responses"]
+    assert any(p["name"] == FORWARDED_HEADER and p["in"] == "header" for p in window["parameters"])
+    assert "421" not in doc["paths"]["/v1/stats"]["get"]["responses"]
