@@ -285,13 +285,14 @@ def test_events_stream_is_relayed_with_after_and_last_event_id(cluster: Cluster)
         with http.stream("GET", cluster.b.url + path(c, "/events?after=0:0")) as response:
             assert response.status_code == 200
             assert response.headers["content-type"].startswith("text/event-stream")
-            got = _messages(response, 2)
+            got = _messages(response.iter_lines(), 2)
         assert [text for _, text in got] == ["m0", "m1"]
         _until_no_stream(cluster.a.hub)
         with http.stream("GET", cluster.b.url + path(c, "/events"), headers={"Last-Event-ID": got[0][0]}) as response:
             assert response.status_code == 200
             assert put(cluster.a.url, c, "a-2", "m2")[0] == 200  # live, after the stream opened
-            assert [text for _, text in _messages(response, 2)] == ["m1", "m2"]
+            lines = response.iter_lines()  # kept: dropping the iterator closes the response
+            assert [text for _, text in _messages(lines, 2)] == ["m1", "m2"]
             assert cluster.a.hub.streams == 1  # the relayed stream is the owner's stream
     _until_no_stream(cluster.a.hub)
 
@@ -305,11 +306,11 @@ def _until_no_stream(hub: EventHub) -> None:
         time.sleep(0.01)
 
 
-def _messages(response: httpx.Response, n: int) -> list[tuple[str, str]]:
+def _messages(lines: Iterator[str], n: int) -> list[tuple[str, str]]:
     """The first ``n`` ``message`` events: (id, text)."""
     out: list[tuple[str, str]] = []
     event_id = event = None
-    for line in response.iter_lines():
+    for line in lines:
         if line.startswith("id: "):
             event_id = line[4:]
         elif line.startswith("event: "):
