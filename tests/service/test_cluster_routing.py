@@ -373,6 +373,18 @@ def test_the_routed_client_recovers_from_a_stale_map_through_421(cluster: Cluste
     assert second.position.offset > first.position.offset
 
 
+def test_the_routed_client_finds_the_new_owner_of_a_dead_owners_partition(cluster: Cluster) -> None:
+    c = conversation(3)
+    with HistoryClient([cluster.a.url, cluster.b.url], token=TOKEN, timeout=10) as client:
+        with cluster.owners.swapped({**cluster.owners.owners, 3: dead_url()}):
+            client.window(conversation(0), 5)  # reads the map naming the dead owner of 3
+            assert client._endpoints.map is not None and client._endpoints.map.owner_of(3) != cluster.b.url
+        # the partition moved to B: the client's try at the dead owner fails, it reads the map again
+        receipt = client.append(_batch(c, "a-1", "after the move"))
+        assert client._endpoints.map is not None and client._endpoints.map.owner_of(3) == cluster.b.url
+    assert receipt.position.partition == 3
+
+
 def test_a_single_url_client_never_reads_the_map(cluster: Cluster) -> None:
     before = count(cluster.a.url, "GET", "/v1/cluster", 200)
     c = conversation(2)  # owned by B: A forwards it
