@@ -27,6 +27,7 @@ from engine.cli.exits import OK, UsageError
 from engine.cli.target import Target
 from engine.service.app import build_app
 from engine.service.auth import DEFAULT_MAX_BODY
+from engine.service.forward import Forwarder
 from engine.service.health import observability
 
 __all__ = ["DEFAULT_LISTEN", "DRAIN_TIMEOUT", "cmd_serve", "listen_address", "token_of"]
@@ -77,10 +78,12 @@ class _Server(uvicorn.Server):
     drain (uvicorn's own handler re-raises the signal after shutdown, which would kill the
     process before the engine is closed)."""
 
-    def __init__(self, config: uvicorn.Config, out: TextIO, on_shutdown: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, out: TextIO, on_shutdown: Callable[[], None],
+                 forwarder: Forwarder | None = None) -> None:
         super().__init__(config)
         self._out = out
         self._on_shutdown = on_shutdown
+        self._forwarder = forwarder
 
     async def startup(self, sockets: list[socket] | None = None) -> None:
         await super().startup(sockets)
@@ -92,6 +95,8 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket] | None = None) -> None:
         self._on_shutdown()  # end the event streams first: uvicorn waits for open connections
         await super().shutdown(sockets)
+        if self._forwarder is not None:  # a cluster member's pool of connections to the others
+            await self._forwarder.aclose()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -125,7 +130,7 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
         print(f"histlog: serving {target.describe()}{' (token required)' if token else ''}", file=sys.stderr,
               flush=True)
         try:
-            _Server(config, out, extras.close).run()
+            _Server(config, out, extras.close, app.forwarder).run()
         finally:
             extras.close()
     print("histlog: stopped", file=sys.stderr, flush=True)
