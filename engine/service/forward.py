@@ -12,8 +12,10 @@ What a relay promises:
   connection is closed when the client goes away.
 - A forward that cannot connect, or gets no answer in time, is ``NotReady`` (503 with
   ``Retry-After``): the owner is dead or not yet replaced, and clients retry.
-- All forwards of one app share ONE pooled ``httpx.AsyncClient`` (keep-alive connections to each
-  owner), made on first use on the app's event loop.
+- The forwards of one app share a few small pooled ``httpx.AsyncClient``s (keep-alive
+  connections to each owner, ``engine.client.pools``: one large httpx pool slows down with the
+  square of the requests in flight), made on first use on the app's event loop; relayed event
+  streams have a client of their own (a stream holds its connection while it is open).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from engine.client.pools import PER_POOL, Pools
 from engine.service.problems import error_of
 from engine.service.wire import FORWARDED_HEADER
 from schemas.errors import NotReady
@@ -60,19 +63,26 @@ async def until_disconnected(receive: Receive) -> None:
 class Forwarder:
     """The app's one pooled HTTP client to the other members, and the relays over it."""
 
-    def __init__(self, *, connect_timeout: float = CONNECT_TIMEOUT_S, read_timeout: float = READ_TIMEOUT_S,
-                 max_connections: int = 100) -> None:
+    def __init__(self, *, connect_timeout: float = CONNECT_TIMEOUT_S, read_timeout: float = READ_TIMEOUT_S) -> None:
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
-        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self._http: httpx.AsyncClient | None = None
+        self._pools = self._new_pools()
+        self._streams: httpx.AsyncClient | None = None
         self.forwarded = 0
         """Requests relayed to an owner (answered or not)."""
 
-    def _client(self) -> httpx.AsyncClient:
-        if self._http is None:
-            self._http = httpx.AsyncClient(limits=self._limits, follow_redirects=False)
-        return self._http
+    @staticmethod
+    def _new_pools() -> Pools[httpx.AsyncClient]:
+        """Small pools, leased per request (``engine.client.pools`` says why not one large one)."""
+        limits = httpx.Limits(max_connections=PER_POOL, max_keepalive_connections=PER_POOL)
+        return Pools(lambda: httpx.AsyncClient(limits=limits, follow_redirects=False))
+
+    def _stream_client(self) -> httpx.AsyncClient:
+        """The client of relayed event streams: a stream holds its connection for as long as it
+        is open, so streams never take a place in the small pools of ordinary requests."""
+        if self._streams is None:
+            self._streams = httpx.AsyncClient(limits=httpx.Limits(max_connections=None), follow_redirects=False)
+        return self._streams
 
     def _timeout(self, *, stream: bool) -> httpx.Timeout:
         return httpx.Timeout(connect=self.connect_timeout, read=None if stream else self.read_timeout,
@@ -89,15 +99,28 @@ class Forwarder:
         headers = {name: value for name in RELAYED_REQUEST_HEADERS if (value := request.headers.get(name)) is not None}
         headers[FORWARDED_HEADER] = "1"
         self.forwarded += 1
-        http = self._client()
-        outgoing = http.build_request(request.method, httpx.URL(target), headers=headers, content=body,
-                                      timeout=self._timeout(stream=stream))
+        if stream:
+            return await self._relay_stream(owner, request.method, target, headers, body)
+        with self._pools.lease() as http:
+            try:
+                upstream = await http.request(request.method, target, headers=headers, content=body,
+                                              timeout=self._timeout(stream=False))
+            except httpx.TransportError as exc:
+                raise _unreachable(owner, exc) from None
+        answer = {k: v for k in _RELAYED_ANSWER_HEADERS if (v := upstream.headers.get(k)) is not None}
+        return Response(upstream.content, status_code=upstream.status_code, headers=answer)
+
+    async def _relay_stream(self, owner: str, method: str, target: str, headers: dict[str, str],
+                            body: bytes) -> Response:
+        http = self._stream_client()
+        outgoing = http.build_request(method, httpx.URL(target), headers=headers, content=body,
+                                      timeout=self._timeout(stream=True))
         try:
             upstream = await http.send(outgoing, stream=True)
         except httpx.TransportError as exc:
             raise _unreachable(owner, exc) from None
         answer = {k: v for k in _RELAYED_ANSWER_HEADERS if (v := upstream.headers.get(k)) is not None}
-        if stream and upstream.status_code == 200 and answer.get("content-type", "").startswith("text/event-stream"):
+        if upstream.status_code == 200 and answer.get("content-type", "").startswith("text/event-stream"):
             return RelayedStream(upstream, answer)
         try:
             content = await upstream.aread()
@@ -113,11 +136,12 @@ class Forwarder:
         headers = {FORWARDED_HEADER: "1"}
         if authorization is not None:
             headers["Authorization"] = authorization
-        try:
-            answer = await self._client().get(owner.rstrip("/") + path, params=params, headers=headers,
-                                              timeout=self._timeout(stream=False))
-        except httpx.TransportError as exc:
-            raise _unreachable(owner, exc) from None
+        with self._pools.lease() as http:
+            try:
+                answer = await http.get(owner.rstrip("/") + path, params=params, headers=headers,
+                                        timeout=self._timeout(stream=False))
+            except httpx.TransportError as exc:
+                raise _unreachable(owner, exc) from None
         try:
             tree = answer.json()
         except ValueError:
@@ -127,9 +151,10 @@ class Forwarder:
         return tree
 
     async def aclose(self) -> None:
-        """Close the pooled connections (idempotent)."""
-        if self._http is not None:
-            http, self._http = self._http, None
+        """Close the pooled connections (idempotent; a later relay opens new ones)."""
+        pools, self._pools = self._pools, self._new_pools()
+        streams, self._streams = self._streams, None
+        for http in [*pools.close(), *([streams] if streams is not None else [])]:
             await http.aclose()
 
 
