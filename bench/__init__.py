@@ -5,8 +5,9 @@ and measures against a baseline in the same run (ratios, never absolute pass/fai
 [NAME ...]`` runs them (all when none is named):
 schemas, codec, log, engine, reads (the read projections vs ``read()`` + Python), middleware, turns,
 kafka (a real broker: ``HISTLOG_KAFKA`` or one started from the Maven Central jars with ``scripts/kafka``), and
-service (``histlog serve`` vs the same engine in process), and frameworks (the service's two hot shapes on
-each HTTP framework and server present, against raw ASGI on uvicorn).
+service (``histlog serve`` vs the same engine in process), frameworks (the service's two hot shapes on
+each HTTP framework and server present, against raw ASGI on uvicorn), and forward (one hop between cluster
+members).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any
 
 __all__ = ["NAMES", "run_all"]
 
-NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks")
+NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
+         "forward")
 
 
 def run_all(argv: list[str] | None = None) -> int:

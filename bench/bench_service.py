@@ -13,6 +13,10 @@ Run ``python -m bench --only service [--quick]`` (or ``histlog bench --only serv
 * **latency** p50/p99 of one client's sequential ``append`` and of ``window(20)`` on a
   100-message conversation: in process vs a raw keep-alive connection vs ``HistoryClient``.
 
+Also the CPU time per ``window(20)``: in process, and the server process's per raw HTTP request
+(from ``/proc``), whose difference is HTTP's share of the server's work: unlike wall-clock
+latency, it does not grow when other processes compete for the cores.
+
 The issue's goals are printed as met or not for each way, never asserted: HTTP overhead of
 ``window(20)`` at p50 (through the server minus in process) under 300 µs, and appends/s at 64
 clients at least 0.6x in process. Both processes share the machine's cores, so the server's figures include the
@@ -38,7 +42,7 @@ from urllib.parse import quote, urlsplit
 
 import orjson
 
-from bench.common import batch, conversation, latency, percentiles, run_threads
+from bench.common import batch, conversation, cpu_seconds, latency, percentiles, run_threads
 from engine import AsyncHistoryClient, HistoryClient, HistoryEngine
 from schemas import Batch
 
@@ -101,7 +105,9 @@ def _inprocess(root: Path, total: int, samples: int) -> dict[str, Any]:
                 out["append_us"] = percentiles(lat)
         for i in range(50):
             engine.append(batch(WINDOW_CONV, f"win-{i}"))
+        cpu = cpu_seconds()
         out["window20_us"] = latency(lambda: engine.window(WINDOW_CONV, 20), samples)
+        out["window20_cpu_us"] = (cpu_seconds() - cpu) * 1e6 / samples
     return out
 
 
@@ -170,8 +176,9 @@ async def _served_way(url: str, way: str, writers: int, per_client: int) -> tupl
             await c.close()
 
 
-def _raw_window(url: str, samples: int) -> tuple[float, float]:
-    """window(20) on one raw keep-alive ``http.client`` connection (no Python client on top)."""
+def _raw_window(url: str, samples: int, pid: int) -> tuple[tuple[float, float], float]:
+    """window(20) on one raw keep-alive ``http.client`` connection (no Python client on top):
+    p50/p99 µs, and the server process's CPU µs per request."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=START_S)
     path = f"/v1/conversations/{quote(WINDOW_CONV, safe='')}/window?limit=20"
@@ -185,7 +192,9 @@ def _raw_window(url: str, samples: int) -> tuple[float, float]:
 
     get()
     try:
-        return latency(get, samples)
+        cpu = cpu_seconds(pid)
+        lat = latency(get, samples)
+        return lat, (cpu_seconds(pid) - cpu) * 1e6 / samples
     finally:
         conn.close()
 
@@ -204,7 +213,7 @@ def _served(root: Path, total: int, samples: int) -> dict[str, Any]:
             client.append(batch(WINDOW_CONV, f"win-{i}"))
         client.window(WINDOW_CONV, 20)
         out["window20_us"] = latency(lambda: client.window(WINDOW_CONV, 20), samples)
-        out["window20_raw_http_us"] = _raw_window(server.url, samples)
+        out["window20_raw_http_us"], out["window20_server_cpu_us"] = _raw_window(server.url, samples, server.proc.pid)
     return out
 
 
@@ -231,7 +240,9 @@ def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
     window = {"inprocess": lat(local["window20_us"]), "raw_http": lat(remote["window20_raw_http_us"]),
               "client": lat(remote["window20_us"])}
     overhead = {way: window[way]["p50_us"] - window["inprocess"]["p50_us"] for way in ("raw_http", "client")}
-    return {"bench": "service", "appends": appends,
+    cpu = {"inprocess_us": round(local["window20_cpu_us"]), "server_us": round(remote["window20_server_cpu_us"])}
+    cpu["overhead_us"] = cpu["server_us"] - cpu["inprocess_us"]
+    return {"bench": "service", "appends": appends, "window20_cpu_per_call": cpu,
             "append_latency": {"inprocess": lat(local["append_us"]), "raw_http": lat(remote["append_us"]["raw"]),
                                "client": lat(remote["append_us"]["client_each"])},
             "window20_latency": window, "window20_overhead_p50_us": overhead,
@@ -252,6 +263,9 @@ def report(result: dict[str, Any]) -> str:
     for name, key in (("append", "append_latency"), ("window(20)", "window20_latency")):
         cells = [f"{who} p50 {v['p50_us']} p99 {v['p99_us']}" for who, v in result[key].items()]
         lines.append(f"  {name}: " + "; ".join(cells))
+    cpu = result["window20_cpu_per_call"]
+    lines.append(f"  window(20) CPU per call: in process {cpu['inprocess_us']} µs; the server's per raw HTTP request "
+                 f"{cpu['server_us']} µs (HTTP's share {cpu['overhead_us']} µs; the client's CPU not counted)")
     goals = result["goals"]
 
     def met(ok: bool) -> str:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from schemas import Batch, Message
 from schemas.events import BatchAppended, encode_event
@@ -91,3 +93,12 @@ def latency(fn: Callable[[], object], n: int) -> tuple[float, float]:
         fn()
         samples.append((time.perf_counter_ns() - started) / 1000)
     return percentiles(samples)
+
+
+def cpu_seconds(pid: int | None = None) -> float:
+    """CPU time (user + system, every thread) used so far by process ``pid`` (this one when None),
+    from ``/proc``: the cost of work that wall-clock latency hides on a busy machine."""
+    if pid is None:
+        return time.process_time()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -147,6 +147,13 @@ class AsyncHistoryEngine:
             return self.engine.window(conversation_id, limit, before)
         return await _off_loop(self.engine.window, conversation_id, limit, before)
 
+    async def _window_canonical(self, conversation_id: str, limit: int, before: HistoryPosition | None = None
+                                ) -> list[bytes]:
+        """``window`` as canonical JSON bytes (the service's form, see the facade's)."""
+        if isinstance(limit, int) and 0 <= limit <= INLINE_MESSAGES:
+            return self.engine._window_canonical(conversation_id, limit, before)
+        return await _off_loop(self.engine._window_canonical, conversation_id, limit, before)
+
     async def window_entries(self, conversation_id: str, limit: int) -> StoredWindow:
         return await _off_loop(self.engine.window_entries, conversation_id, limit)
 

@@ -355,6 +355,14 @@ class HistoryEngine:
         self._serve(c)
         return self._reads.entries(c, after, before, limit, include_hidden)
 
+    def _is_closed(self, conversation_id: str) -> bool:
+        """Whether the conversation was cleared (for the service's event streams, which end with
+        ``closed``; one point read). The checks of every read first."""
+        c = ConversationID(conversation_id)
+        self._check_open()
+        self._serve(c)
+        return self._reads.closed(c)
+
     def turn(self, conversation_id: str, message_id: str) -> HistoryTurn:
         """The visible user-led turn holding ``message_id`` (an id from ``entries``); ``NotFound``
         for an unknown message, a hidden one, or one before the first user message."""
@@ -389,6 +397,17 @@ class HistoryEngine:
         self._check_open()
         self._serve(c)
         return self._reads.window(c, limit, before)
+
+    def _window_canonical(self, conversation_id: str, limit: int, before: HistoryPosition | None = None
+                          ) -> list[bytes]:
+        """``window``'s messages as canonical JSON bytes, the same checks first (for the service,
+        which sends them as stored instead of rebuilding each message to serialise it again)."""
+        c = ConversationID(conversation_id)
+        check_window(limit)
+        check_cursors(None, before)
+        self._check_open()
+        self._serve(c)
+        return self._reads.window_canonical(c, limit, before)
 
     def window_entries(self, conversation_id: str, limit: int) -> StoredWindow:
         """``window``'s messages with where they are stored: the merged system message, then the

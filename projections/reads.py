@@ -121,6 +121,11 @@ class Reads:
                 out.append(ConversationID(keys.read_conv_key(k).decode("utf-8")))
         return out
 
+    def closed(self, conv: str) -> bool:
+        """Whether ``conv`` was cleared (one point read)."""
+        raw = self.store.iterator().get(keys.conv_key(conv.encode("utf-8")))
+        return raw is not None and keys.ConversationRow.decode(raw).closed
+
     # -- positions -------------------------------------------------------------------------------
     def _open(self, conv: str) -> _Opened | None:
         """The one prologue of every read of one conversation: a snapshot (so the read never mixes
@@ -345,6 +350,13 @@ class Reads:
         system, suffix = self._window_rows(conv, limit, before)
         head = [merge_system([_message(v) for v in system])] if system else []
         return head + [_message(v) for v in suffix]
+
+    def window_canonical(self, conv: str, limit: int, before: HistoryPosition | None = None) -> list[bytes]:
+        """``window``'s messages as their canonical JSON, the suffix's straight from the rows it
+        stored (no decoding, no re-validation: what the service sends as it is)."""
+        system, suffix = self._window_rows(conv, limit, before)
+        head = [merge_system([_message(v) for v in system]).canonical_json()] if system else []
+        return head + [keys.MessageRow.canonical_of(v) for v in suffix]
 
     # -- reads whose result carries where each message is stored ----------------------------------
     def _window_rows(self, conv: str, limit: int, before: HistoryPosition | None = None

@@ -38,6 +38,7 @@ from engine.cluster.member import ClusterCollector, ClusterMember, ClusterReadin
 from engine.cluster.membership import DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT
 from engine.service.app import build_app
 from engine.service.auth import DEFAULT_MAX_BODY
+from engine.service.forward import Forwarder
 from engine.service.health import Readiness, observability
 
 __all__ = ["DEFAULT_LISTEN", "DRAIN_TIMEOUT", "Cluster", "advertised_url", "cluster_of", "cmd_serve", "listen_address",
@@ -151,10 +152,12 @@ class _Server(uvicorn.Server):
     drain (uvicorn's own handler re-raises the signal after shutdown, which would kill the
     process before the engine is closed)."""
 
-    def __init__(self, config: uvicorn.Config, out: TextIO, on_shutdown: Callable[[], None]) -> None:
+    def __init__(self, config: uvicorn.Config, out: TextIO, on_shutdown: Callable[[], None],
+                 forwarder: Forwarder | None = None) -> None:
         super().__init__(config)
         self._out = out
         self._on_shutdown = on_shutdown
+        self._forwarder = forwarder
 
     async def startup(self, sockets: list[socket] | None = None) -> None:
         await super().startup(sockets)
@@ -166,6 +169,8 @@ class _Server(uvicorn.Server):
     async def shutdown(self, sockets: list[socket] | None = None) -> None:
         self._on_shutdown()  # end the event streams first: uvicorn waits for open connections
         await super().shutdown(sockets)
+        if self._forwarder is not None:  # a cluster member's pool of connections to the others
+            await self._forwarder.aclose()
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -211,13 +216,13 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
             app = build_app(engine, token=token, max_body=ns.max_body, extra_ops=extras.ops,
                             extra_routes=[*extras.readiness.routes, *extras.metrics.routes],
                             middleware=[extras.middleware],
-                            **({"ownership": member.ownership} if member is not None else {}))
+                            ownership=None if member is None else member.ownership)
             config = uvicorn.Config(app, host=host, port=port, lifespan="off", log_config=None, access_log=False,
                                     timeout_graceful_shutdown=DRAIN_TIMEOUT, server_header=False,
                                     proxy_headers=False)  # no route uses the client's address: skip its parsing
             print(f"histlog: serving {described}{' (token required)' if token else ''}", file=sys.stderr, flush=True)
             try:
-                _Server(config, out, extras.close).run(sockets=sockets)
+                _Server(config, out, extras.close, app.forwarder).run(sockets=sockets)
             finally:
                 extras.close()
     print("histlog: stopped", file=sys.stderr, flush=True)

@@ -103,7 +103,8 @@ def _params(**given: object) -> dict[str, str]:
 def _put(batch: Batch, extra: dict[str, Any], timeout: float | None) -> Plan[Receipt]:
     body = orjson.dumps({"messages": orjson.Fragment(batch.canonical_json()), **extra})
     path = f"{_conv(batch.conversation_id)}/appends/{_seg(batch.append_id)}"
-    tree = yield Request("PUT", path, body=body, write=True, timeout=timeout)
+    tree = yield Request("PUT", path, body=body, write=True, timeout=timeout,
+                         conversation=str(batch.conversation_id))
     receipt = receipt_of(tree)
     receipt.validate_for(batch)  # the server's answer names this batch, or it is not a receipt for it
     return receipt
@@ -139,7 +140,8 @@ def replace_turn(batch: Batch, old_turn_id: str, reason: str, timeout: float | N
 def clear(conversation_id: str, timeout: float | None = None) -> Plan[None]:
     """``HistoryEngine.clear``: ``DELETE /v1/conversations/{c}``."""
     _timeout(timeout)
-    yield Request("DELETE", _conv(conversation_id), write=True, ok=(200, 204), timeout=timeout)
+    yield Request("DELETE", _conv(conversation_id), write=True, ok=(200, 204), timeout=timeout,
+                  conversation=str(conversation_id))
 
 
 # ----- reads
@@ -149,7 +151,7 @@ def entries(conversation_id: str, after: HistoryPosition | None = None, before: 
     path = _conv(conversation_id) + "/messages"
     check_cursors(after, before)
     tree = yield Request("GET", path, _params(after=after, before=before, limit=limit,
-                                              include_hidden=include_hidden or None))
+                                              include_hidden=include_hidden or None), conversation=str(conversation_id))
     return [stored_of(row) for row in _field(tree, "messages")]
 
 
@@ -161,7 +163,7 @@ def read(conversation_id: str, at_least: Receipt | None = None, timeout: float |
     if at_least is not None and not isinstance(at_least, Receipt):
         raise TypeError(f"at_least must be a Receipt, got {type(at_least).__name__}")
     tree = yield Request("GET", path, _params(at_least=at_least.position if at_least is not None else None),
-                         timeout=timeout)
+                         timeout=timeout, conversation=str(conversation_id))
     return [stored_of(row).message for row in _field(tree, "messages")]
 
 
@@ -170,7 +172,7 @@ def window(conversation_id: str, limit: int, before: HistoryPosition | None = No
     path = _conv(conversation_id) + "/window"
     check_window(limit)
     check_cursors(None, before)
-    tree = yield Request("GET", path, _params(limit=limit, before=before))
+    tree = yield Request("GET", path, _params(limit=limit, before=before), conversation=str(conversation_id))
     return [Message.model_validate(m) for m in _field(tree, "messages")]
 
 
@@ -196,7 +198,8 @@ def read_within_bytes(conversation_id: str, max_bytes: int, after: HistoryPositi
     path = _conv(conversation_id) + "/budget"
     check_budget(max_bytes, unit)
     check_cursors(after, before)
-    tree = yield Request("GET", path, _params(max_bytes=_budget(max_bytes), after=after, before=before, unit=unit))
+    tree = yield Request("GET", path, _params(max_bytes=_budget(max_bytes), after=after, before=before, unit=unit),
+                         conversation=str(conversation_id))
     return HistoryLoad([stored_of(row) for row in _field(tree, "messages")], bool(_field(tree, "truncated")))
 
 
@@ -206,7 +209,8 @@ def turn_sources(conversation_id: str, max_bytes: int, after: HistoryPosition = 
     path = _conv(conversation_id) + "/turn-sources"
     check_budget(max_bytes, unit)
     check_cursors(after, before)
-    tree = yield Request("GET", path, _params(max_bytes=_budget(max_bytes), after=after, before=before, unit=unit))
+    tree = yield Request("GET", path, _params(max_bytes=_budget(max_bytes), after=after, before=before, unit=unit),
+                         conversation=str(conversation_id))
     return HistoryLoad([source_of(row) for row in _field(tree, "sources")], bool(_field(tree, "truncated")))
 
 
@@ -214,7 +218,7 @@ def measure(conversation_id: str, after: HistoryPosition = HistoryPosition.START
     """``HistoryEngine.measure``: ``GET .../measure``."""
     path = _conv(conversation_id) + "/measure"
     check_cursors(after, None)
-    return measure_of((yield Request("GET", path, _params(after=after))))
+    return measure_of((yield Request("GET", path, _params(after=after), conversation=str(conversation_id))))
 
 
 def turn(conversation_id: str, message_id: str) -> Plan[HistoryTurn]:
@@ -222,12 +226,14 @@ def turn(conversation_id: str, message_id: str) -> Plan[HistoryTurn]:
     path = _conv(conversation_id)
     if not isinstance(message_id, str):
         raise InvalidRequest(f"invalid message_id: expected a str, got {type(message_id).__name__}")
-    return turn_of((yield Request("GET", f"{path}/messages/{_seg(message_id)}/turn")))
+    return turn_of((yield Request("GET", f"{path}/messages/{_seg(message_id)}/turn",
+                                  conversation=str(conversation_id))))
 
 
 def latest_turn(conversation_id: str) -> Plan[HistoryTurn | None]:
     """``HistoryEngine.latest_turn``: ``GET .../turns/latest``."""
-    tree = _field((yield Request("GET", _conv(conversation_id) + "/turns/latest")), "turn")
+    tree = _field((yield Request("GET", _conv(conversation_id) + "/turns/latest",
+                                  conversation=str(conversation_id))), "turn")
     return None if tree is None else turn_of(tree)
 
 
@@ -247,7 +253,8 @@ def turns(conversation_id: str) -> Plan[list[HistoryTurn]]:
 
 def latest_interrupted_checkpoint(conversation_id: str) -> Plan[StoredMessage | None]:
     """``HistoryEngine.latest_interrupted_checkpoint``: ``GET .../interrupted-checkpoint``."""
-    tree = _field((yield Request("GET", _conv(conversation_id) + "/interrupted-checkpoint")), "message")
+    tree = _field((yield Request("GET", _conv(conversation_id) + "/interrupted-checkpoint",
+                                  conversation=str(conversation_id))), "message")
     return None if tree is None else stored_of(tree)
 
 

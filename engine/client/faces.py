@@ -178,7 +178,7 @@ class HistoryClient(_Face):
         try:
             with self._http.lease() as http:
                 return _answer(http.request(r.method, step.base + r.path, params=r.params, content=r.body,
-                                            timeout=step.timeout))
+                                            headers=step.headers, timeout=step.timeout))
         except httpx.TransportError as exc:
             return _failure(exc)
 
@@ -251,6 +251,6 @@ class AsyncHistoryClient(_Face):
         try:
             with self._http.lease() as http:
                 return _answer(await http.request(r.method, step.base + r.path, params=r.params, content=r.body,
-                                                  timeout=step.timeout))
+                                                  headers=step.headers, timeout=step.timeout))
         except httpx.TransportError as exc:
             return _failure(exc)

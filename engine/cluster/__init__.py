@@ -3,6 +3,8 @@
 * ``ownership``: ``OwnershipMap``, partition -> owner URL as a member last learned it.
 * ``assignor``: ``OwnershipAssignor``, cooperative-sticky placement carrying members' URLs.
 * ``membership``: ``Membership``, a member of the Kafka consumer group that decides ownership.
+
+The routing of requests by the map is ``engine.service.routing`` and ``engine.service.forward``.
 """
 
 from engine.cluster.assignor import OwnershipAssignor

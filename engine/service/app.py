@@ -8,6 +8,14 @@ for the rest, behind ``BearerAuth`` when a token is given. Every error leaves as
 unexpected as a 500 whose detail is one line (the traceback goes to the ``histlog.service`` log on
 stderr, never into a body). Bad input is never a 500.
 
+In a cluster (``ownership``: where the member reads its current ``OwnershipMap``), every
+operation on one conversation (a path with ``{c}``) is decided before its handler runs: the
+query and the conversation id are checked here (a 400 never travels), then ``Router.serving``
+says serve here or forward, and a forward is relayed by the app's one ``Forwarder`` (one hop;
+a request already forwarded that meets a non-owner is 421 ``NotOwner``). ``/v1/stats``,
+``/v1/cluster``, health, metrics and ``/openapi.json`` are always answered here, and
+``GET /v1/conversations`` merges every owner's page.
+
 Adding routes and middleware (``/healthz``, ``/readyz``, ``/metrics``, events): pass them in.
 ``extra_ops`` are ``routes.Op`` rows (documented in ``/openapi.json`` and guarded like every
 other operation); ``extra_routes`` are plain Starlette routes (undocumented: health and metrics);
@@ -27,19 +35,21 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.aio import AsyncHistoryEngine
 from engine.facade import HistoryEngine
 from engine.service import openapi
-from engine.service.auth import DEFAULT_MAX_BODY, BearerAuth, BodyTooLarge
+from engine.service.auth import DEFAULT_MAX_BODY, BearerAuth, BodyTooLarge, read_body
 from engine.service.dispatch import Dispatch, Endpoint
+from engine.service.forward import Forwarder, is_forwarded
 from engine.service.problems import CONTENT_TYPE, problem_of, retry_after, status_of
 from engine.service.routes import OPS, Context, Handler, Op
-from engine.service.routing import Router, parse_query
+from engine.service.routing import Forward, Ownership, Router, parse_query, segment
 from schemas.errors import HistoryError, InvalidRequest, NotFound
+from schemas.ids import ConversationID
 
-__all__ = ["build_app", "problem_response"]
+__all__ = ["Service", "build_app", "problem_response"]
 
 log = logging.getLogger("histlog.service")
 
@@ -62,12 +72,21 @@ def _method_not_allowed(method: str, path: str, allowed: list[str]) -> Response:
 
 
 def _guarded(op: Op, ctx: Context) -> Endpoint:
-    """``op``'s handler with its query parsed and every failure answered as a problem."""
+    """``op``'s handler with its query parsed, its conversation routed (in a cluster) and every
+    failure answered as a problem."""
     handler: Handler = op.handler
+    stream = op.ok_media == "text/event-stream"
 
     async def endpoint(request: Request) -> Response:
         try:
-            return await handler(request, ctx, parse_query(request, op.query))
+            query = parse_query(request, op.query)
+            if op.routed and ctx.forwarder is not None:
+                c = str(ConversationID(segment(request, "c")))
+                decided = ctx.router.serving(c, forwarded=is_forwarded(request))
+                if isinstance(decided, Forward):
+                    body = await read_body(request, ctx.max_body)
+                    return await ctx.forwarder.relay(request, decided.url, body, stream=stream)
+            return await handler(request, ctx, query)
         except BodyTooLarge as exc:
             return problem_response(exc, status=413)
         except HistoryError as exc:
@@ -94,11 +113,26 @@ async def _crash(request: Request, exc: Exception) -> Response:
     return problem_response(exc, status=500)
 
 
+class Service:
+    """What ``build_app`` makes: the ASGI app, and the ``Forwarder`` (a cluster member's pool of
+    connections to the other members, None otherwise) that its server closes on shutdown."""
+
+    __slots__ = ("app", "forwarder")
+
+    def __init__(self, app: ASGIApp, forwarder: Forwarder | None) -> None:
+        self.app, self.forwarder = app, forwarder
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
 def build_app(engine: HistoryEngine, *, token: str | None = None, max_body: int = DEFAULT_MAX_BODY,
               extra_ops: Sequence[Op] = (), extra_routes: Sequence[BaseRoute] = (),
-              middleware: Sequence[Middleware] = ()) -> ASGIApp:
+              middleware: Sequence[Middleware] = (), ownership: Ownership | None = None) -> Service:
     """The service over ``engine`` (which the caller keeps and closes). ``token``: required as
-    ``Authorization: Bearer`` on every path but /healthz, /readyz, /openapi.json.
+    ``Authorization: Bearer`` on every path but /healthz, /readyz, /openapi.json. ``ownership``:
+    a cluster member's source of its current ``OwnershipMap`` (None: serve every conversation
+    here); the app's ``Forwarder`` is ``.forwarder`` (close it with ``aclose`` on shutdown).
 
     The layers, outermost first: ``BearerAuth`` (with a token), ``middleware`` (e.g. the request
     metrics), ``Dispatch`` (every operation of the table), then a Starlette app for the other
@@ -107,7 +141,8 @@ def build_app(engine: HistoryEngine, *, token: str | None = None, max_body: int 
     operation's failures are answered by its guard, so Starlette's error middleware adds nothing."""
     if max_body <= 0:
         raise ValueError(f"max_body must be positive, got {max_body}")
-    ctx = Context(Router(AsyncHistoryEngine(engine)), max_body)
+    forwarder = None if ownership is None else Forwarder()
+    ctx = Context(Router(AsyncHistoryEngine(engine), ownership), max_body, forwarder)
     ops = (*OPS, *extra_ops)
     document = orjson.dumps(openapi.document(ops))
 
@@ -124,4 +159,4 @@ def build_app(engine: HistoryEngine, *, token: str | None = None, max_body: int 
         stack.insert(0, Middleware(BearerAuth, token=token))
     for layer in reversed(stack):
         app = layer.cls(app, *layer.args, **layer.kwargs)
-    return app
+    return Service(app, forwarder)

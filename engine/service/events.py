@@ -6,7 +6,8 @@ What a stream promises:
 - ``event: message`` (``id: TURN:SEQ``, a StoredMessage as ``data``) for each accepted message,
   in stored order; ``event: replaced`` (``{"hidden":[ids],"superseded_by","reason"}``) right
   before the messages of a turn that replaced one; ``event: closed`` once the conversation is
-  cleared, after which the stream ends; ``: keepalive`` comment lines while idle.
+  cleared, after which the stream ends (at once for a conversation cleared already, resumed or
+  not); ``: keepalive`` comment lines while idle.
 - ``after=TURN:SEQ`` or ``Last-Event-ID`` resumes **without a gap or a duplicate**: the stream
   registers for live events *first*, then reads ``entries(c, after=...)`` to catch up, then
   delivers only the live messages at positions past the last one sent (positions are a total
@@ -51,6 +52,7 @@ from starlette.responses import Response
 from engine.aio import AsyncHistoryEngine
 from engine.facade import HistoryEngine
 from engine.service import problems
+from engine.service.forward import until_disconnected
 from engine.service.routes import Context, Op
 from engine.service.routing import Param, segment
 from engine.service.wire import history_position_of
@@ -298,6 +300,9 @@ async def _frames(engine: AsyncHistoryEngine, follower: Follower, after: History
             yield chunk
         if rows:
             last = rows[-1].position
+    if engine.engine._is_closed(c):  # cleared before the follower registered: its event is past
+        yield frame("closed", orjson.dumps({"conversation_id": c}))
+        return
     while True:
         event = await follower.next(heartbeat)
         if event is None:
@@ -379,7 +384,7 @@ class EventStream(Response):
                 (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                 (b"x-accel-buffering", b"no")]})
             streaming = asyncio.ensure_future(self._stream(frames, send))
-            watching = asyncio.ensure_future(_disconnected(receive))
+            watching = asyncio.ensure_future(until_disconnected(receive))
             try:
                 await asyncio.wait({streaming, watching}, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -402,11 +407,6 @@ class EventStream(Response):
             pass  # the client went away mid-send
 
 
-async def _disconnected(receive: Any) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
-
-
 def event_op(hub: EventHub, *, heartbeat: float = HEARTBEAT_S, stall_timeout: float = STALL_TIMEOUT_S) -> Op:
     """The ``GET .../events`` row of the route table, streaming from ``hub``."""
 
@@ -416,7 +416,7 @@ def event_op(hub: EventHub, *, heartbeat: float = HEARTBEAT_S, stall_timeout: fl
         resume = request.headers.get("last-event-id")
         if resume is not None:  # a reconnecting EventSource: newer than the URL's after
             after = history_position_of(resume, "header Last-Event-ID")
-        engine = ctx.router.serving(c)
+        engine = ctx.router.engine(c)
         follower = hub.register(c)  # before any read and before the headers: see the module
         return EventStream(hub, engine, follower, after, heartbeat=heartbeat, stall_timeout=stall_timeout)
 
@@ -424,4 +424,4 @@ def event_op(hub: EventHub, *, heartbeat: float = HEARTBEAT_S, stall_timeout: fl
               "Server-sent events of what is accepted for the conversation: message (id TURN:SEQ), replaced, "
               "closed; resume with after= or Last-Event-ID", get_events, (200, None),
               query=(Param("after", "history", "resume after this position (default: from now)"),),
-              errors=(400, 401, 503))
+              errors=(400, 401, 503), ok_media="text/event-stream")

@@ -19,7 +19,7 @@ from pydantic.json_schema import models_json_schema
 
 from engine.service.problems import CONTENT_TYPE
 from engine.service.routing import Param
-from engine.service.wire import _POSITION, MAX_INT, Problem
+from engine.service.wire import _POSITION, FORWARDED_HEADER, MAX_INT, Problem
 
 if TYPE_CHECKING:
     from engine.service.routes import Op
@@ -65,6 +65,11 @@ def _operation(op: Op) -> dict[str, Any]:
         for name in re.findall(r"\{(\w+)\}", op.path)]
     params += [{"name": p.name, "in": "query", "required": p.required, "schema": _query_schema(p),
                 "description": p.description} for p in op.query]
+    if op.routed:
+        params.append({"name": FORWARDED_HEADER, "in": "header", "required": False,
+                       "schema": {"type": "string", "enum": ["1"]},
+                       "description": "the request already took its one hop (forwarded, or routed by "
+                                      "/v1/cluster): a member that does not own the partition answers 421"})
     status, model = op.ok
     ok: dict[str, Any] = {"description": "success"}
     if model is not None:
@@ -72,7 +77,7 @@ def _operation(op: Op) -> dict[str, Any]:
     elif op.ok_media != "application/json":
         ok["content"] = {op.ok_media: {"schema": {"type": "string"}}}
     responses: dict[str, Any] = {str(status): ok}
-    for code in sorted({*op.errors, 400, 401, 404, 500}):
+    for code in sorted({*op.errors, 400, 401, 404, 500, *((421, 503) if op.routed else ())}):
         responses[str(code)] = {"description": _ERRORS.get(code, "unexpected server failure"),
                                 "content": {CONTENT_TYPE: {"schema": _ref(Problem)}}}
     out: dict[str, Any] = {"operationId": op.name, "summary": op.summary, "parameters": params,

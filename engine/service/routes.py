@@ -22,11 +22,13 @@ from starlette.responses import Response
 from engine.arguments import EMPTY
 from engine.service import wire
 from engine.service.auth import read_body
+from engine.service.forward import Forwarder, is_forwarded
 from engine.service.routing import Param, Router, segment
 from schemas.batch import Batch, Receipt
+from schemas.errors import NotReady
 from schemas.positions import HistoryPosition
 
-__all__ = ["OPS", "Context", "Op", "json_response"]
+__all__ = ["OPS", "Context", "Op", "json_response", "merge_pages"]
 
 AT_LEAST_TIMEOUT = 10.0
 """How long a read with ``at_least`` waits for this instance to apply that position (then 503)."""
@@ -37,10 +39,12 @@ PAGE_MAX = 10_000
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What every handler may use: the router (which engine) and the body limit."""
+    """What every handler may use: the router (which engine), the body limit, and in a cluster
+    the forwarder to the other members."""
 
     router: Router
     max_body: int
+    forwarder: Forwarder | None = None
 
 
 Handler = Callable[[Request, Context, dict[str, Any]], Awaitable[Response]]
@@ -63,6 +67,12 @@ class Op:
     """The success body's media type; one other than JSON (``text/event-stream``) is documented
     as a string."""
 
+    @property
+    def routed(self) -> bool:
+        """Whether the operation is on one conversation (its path has ``{c}``): in a cluster it is
+        served by the conversation's owner, so a member may forward it or answer 421."""
+        return "{c}" in self.path
+
 
 def json_response(tree: Any, status: int = 200) -> Response:
     """A JSON response; ``tree`` may hold ``orjson.Fragment``s (the schemas' own ``to_json``)."""
@@ -71,7 +81,7 @@ def json_response(tree: Any, status: int = 200) -> Response:
 
 async def _at_least(ctx: Context, c: str, query: dict[str, Any]) -> None:
     if "at_least" in query:
-        await ctx.router.serving(c).wait_applied(query["at_least"], AT_LEAST_TIMEOUT)
+        await ctx.router.engine(c).wait_applied(query["at_least"], AT_LEAST_TIMEOUT)
 
 
 # ----- handlers
@@ -79,7 +89,7 @@ async def put_append(request: Request, ctx: Context, query: dict[str, Any]) -> R
     c, a = segment(request, "c"), segment(request, "a")
     parsed = wire.append_body_of(await read_body(request, ctx.max_body))
     batch = Batch(c, a, parsed.messages)
-    engine = ctx.router.serving(c)
+    engine = ctx.router.engine(c)
     receipt: Receipt
     if parsed.replaces is not None:
         receipt = await engine.replace_turn(batch, parsed.replaces.turn_id, parsed.replaces.reason)
@@ -92,25 +102,59 @@ async def put_append(request: Request, ctx: Context, query: dict[str, Any]) -> R
 
 async def delete_conversation(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c = segment(request, "c")
-    await ctx.router.serving(c).clear(c)
+    await ctx.router.engine(c).clear(c)
     return Response(status_code=204)
 
 
 async def get_conversations(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    """This member's page of the conversations it serves; in a cluster (unless the request was
+    forwarded) merged with every other owner's page of the same query (``merge_pages``)."""
     prefix: str = query.get("prefix", "")
     after: str | None = query.get("after")
     limit: int = query.get("limit", PAGE_DEFAULT)
     ids = [str(i) for i in await ctx.router.local.conversations()]
-    chosen = [i for i in ids if i.startswith(prefix) and (after is None or i > after)]
-    page = chosen[:limit]
-    more = len(chosen) > len(page)
-    return json_response({"conversations": page, "next": page[-1] if more and page else None})
+    chosen = [i for i in ids if i.startswith(prefix) and (after is None or i > after) and ctx.router.owns(i)]
+    pages = [(chosen[:limit], len(chosen) > limit)]
+    owners = ctx.router.current()
+    if owners is not None and ctx.forwarder is not None and not is_forwarded(request):
+        missing = sorted(set(range(owners.partitions)) - set(owners.owners))
+        if missing:
+            raise NotReady(f"partitions {missing[:8]} have no owner right now (the group is rebalancing), so the "
+                           "list would miss their conversations; retry shortly")
+        params = {k: v for k, v in (("prefix", prefix), ("after", after), ("limit", str(limit))) if v}
+        others = sorted(set(owners.owners.values()) - {owners.self_url})
+        trees = await asyncio.gather(*(ctx.forwarder.get_json(url, "/v1/conversations", params,
+                                                              request.headers.get("authorization"))
+                                       for url in others))
+        pages += [(list(tree["conversations"]), tree["next"] is not None) for tree in trees]
+    page, following = merge_pages(pages, limit)
+    return json_response({"conversations": page, "next": following})
+
+
+def merge_pages(pages: list[tuple[list[str], bool]], limit: int) -> tuple[list[str], str | None]:
+    """One lexical page of at most ``limit`` ids from several members' pages of the same query
+    (each its first ``limit`` ids past ``after``, and whether it has more), and its ``next``.
+
+    Nothing is skipped: an id left out of the merged page is greater than its last id (the
+    ``limit`` smallest of the union are kept), and a member's ids past its own page are greater
+    than its page's last, which is at least the merged page's last, so the next page (``after``
+    = ``next``) asks every member for them again."""
+    union = sorted({i for ids, _ in pages for i in ids})
+    page = union[:limit]
+    more = len(union) > limit or any(has_more for _, has_more in pages)
+    return page, (page[-1] if more and page else None)
+
+
+async def get_cluster(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    owners = ctx.router.current()
+    here = str(request.base_url).rstrip("/")
+    return json_response(wire.cluster_json(owners, partitions=ctx.router.local.engine.log.partitions, here=here))
 
 
 async def get_messages(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c = segment(request, "c")
     await _at_least(ctx, c, query)
-    rows = await ctx.router.serving(c).entries(c, query.get("after"), query.get("before"), query.get("limit"),
+    rows = await ctx.router.engine(c).entries(c, query.get("after"), query.get("before"), query.get("limit"),
                                                 query.get("include_hidden", False))
     return json_response({"messages": wire.messages_json(rows)})
 
@@ -118,14 +162,14 @@ async def get_messages(request: Request, ctx: Context, query: dict[str, Any]) ->
 async def get_window(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c = segment(request, "c")
     await _at_least(ctx, c, query)
-    messages = await ctx.router.serving(c).window(c, query["limit"], query.get("before"))
-    return json_response({"messages": [m.fragment() for m in messages]})
+    messages = await ctx.router.engine(c)._window_canonical(c, query["limit"], query.get("before"))
+    return json_response({"messages": [orjson.Fragment(m) for m in messages]})
 
 
 async def get_budget(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c = segment(request, "c")
     await _at_least(ctx, c, query)
-    load = await ctx.router.serving(c).read_within_bytes(
+    load = await ctx.router.engine(c).read_within_bytes(
         c, query["max_bytes"], query.get("after", HistoryPosition.START), query.get("before"),
         query.get("unit", "turn"))
     return json_response(wire.load_json(load, "messages"))
@@ -134,7 +178,7 @@ async def get_budget(request: Request, ctx: Context, query: dict[str, Any]) -> R
 async def get_turn_sources(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c = segment(request, "c")
     await _at_least(ctx, c, query)
-    load = await ctx.router.serving(c).turn_sources(c, query["max_bytes"], query.get("after", HistoryPosition.START),
+    load = await ctx.router.engine(c).turn_sources(c, query["max_bytes"], query.get("after", HistoryPosition.START),
                                                      query.get("before"), query.get("unit", "turn"))
     return json_response(wire.load_json(load, "sources"))
 
@@ -142,27 +186,27 @@ async def get_turn_sources(request: Request, ctx: Context, query: dict[str, Any]
 async def get_measure(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c = segment(request, "c")
     await _at_least(ctx, c, query)
-    m = await ctx.router.serving(c).measure(c, query.get("after", HistoryPosition.START))
+    m = await ctx.router.engine(c).measure(c, query.get("after", HistoryPosition.START))
     return json_response({"messages": m.messages, "content_bytes": m.content_bytes, "turns": m.turns})
 
 
 async def get_latest_turn(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c = segment(request, "c")
     await _at_least(ctx, c, query)
-    turn = await ctx.router.serving(c).latest_turn(c)
+    turn = await ctx.router.engine(c).latest_turn(c)
     return json_response({"turn": None if turn is None else wire.turn_json(turn)})
 
 
 async def get_turn(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c, m = segment(request, "c"), segment(request, "m")
     await _at_least(ctx, c, query)
-    return json_response(wire.turn_json(await ctx.router.serving(c).turn(c, m)))
+    return json_response(wire.turn_json(await ctx.router.engine(c).turn(c, m)))
 
 
 async def get_checkpoint(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c = segment(request, "c")
     await _at_least(ctx, c, query)
-    stored = await ctx.router.serving(c).latest_interrupted_checkpoint(c)
+    stored = await ctx.router.engine(c).latest_interrupted_checkpoint(c)
     return json_response({"message": None if stored is None else wire.stored_json(stored)})
 
 
@@ -220,6 +264,9 @@ OPS: tuple[Op, ...] = (
     Op("GET", _C + "/interrupted-checkpoint", "latest_interrupted_checkpoint",
        "The latest interrupted assistant checkpoint of the latest turn, or null", get_checkpoint,
        (200, wire.CheckpointOut), query=(_AT_LEAST,)),
+    Op("GET", "/v1/cluster", "cluster", "The owner of every partition as this member last learned it (a server "
+       "without --group: group null, generation -1, itself owning every partition)", get_cluster,
+       (200, wire.ClusterOut), errors=(401,)),
     Op("GET", "/v1/stats", "stats", "Log offsets, lag and admission counts (histlog stats --json)", get_stats,
        (200, wire.StatsOut), errors=(400, 401, 503)),
 )

@@ -6,12 +6,13 @@ described once (parsed from it, documented from it), and the ``Router``.
 - ``Param`` is a query parameter's name, kind and bounds; ``parse_query`` checks a request
   against the operation's list (unknown, repeated, malformed or out-of-range parameters are a 400
   naming the parameter) and ``engine.service.openapi`` documents the same list.
-- ``Router.serving(conversation_id)`` is THE decision of which engine serves a conversation
-  (today: the local one; with ``--group`` it will name the owner or say "forward").
+- ``Router.serving(conversation_id)`` is THE decision of which engine serves a conversation:
+  the local one, or ``Forward`` to its partition's owner (a cluster's ``OwnershipMap``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote_to_bytes
@@ -19,10 +20,15 @@ from urllib.parse import parse_qsl, unquote_to_bytes
 from starlette.requests import Request
 
 from engine.aio import AsyncHistoryEngine
+from engine.cluster.ownership import OwnershipMap
 from engine.service.wire import MAX_INT, history_position_of, log_position_of
-from schemas.errors import InvalidRequest
+from schemas.errors import InvalidRequest, NotOwner, NotReady
+from schemas.records import partition_for_key, record_key
 
-__all__ = ["Param", "Router", "parse_query", "segment"]
+__all__ = ["Forward", "Ownership", "Param", "Router", "parse_query", "segment"]
+
+Ownership = Callable[[], OwnershipMap]
+"""Where a cluster member reads its current ``OwnershipMap`` (membership's latest), once per decision."""
 
 Kind = Literal["int", "history", "log", "bool", "unit", "str"]
 
@@ -93,13 +99,68 @@ def segment(request: Request, name: str) -> str:
         raise InvalidRequest(f"path segment {name}: not UTF-8 after percent-decoding ({raw!r})") from None
 
 
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """The decision "relay this request to ``url``, the owner of ``partition``"."""
+
+    url: str
+    partition: int
+
+
 class Router:
-    """Which engine serves each request: the one home of that decision. Today every conversation
-    is served by the local engine; the cluster will answer with the partition's owner here."""
+    """Which engine serves each request: the one home of that decision.
 
-    def __init__(self, local: AsyncHistoryEngine) -> None:
+    Without an ownership source (a single server, or a full replica) every conversation is served
+    by the local engine. With one, a conversation is served here when this member owns its
+    partition (``schemas.records``' partitioner, the log's own), else forwarded to the owner; a
+    request that was already forwarded once is never forwarded again (``NotOwner``, 421: no
+    loops), and a partition without a known owner (mid-rebalance) is ``NotReady`` (503).
+    """
+
+    def __init__(self, local: AsyncHistoryEngine, ownership: Ownership | None = None) -> None:
         self.local = local
+        self.ownership = ownership
 
-    def serving(self, conversation_id: str) -> AsyncHistoryEngine:
-        """The engine that serves ``conversation_id``."""
-        return self.local
+    @property
+    def clustered(self) -> bool:
+        """Whether a cluster's ownership decides (else every request is served here)."""
+        return self.ownership is not None
+
+    def current(self) -> OwnershipMap | None:
+        """The ownership map now (None without a cluster)."""
+        return None if self.ownership is None else self.ownership()
+
+    @staticmethod
+    def partition_of(conversation_id: str, partitions: int) -> int:
+        """The partition of ``conversation_id`` among ``partitions`` (the log's partitioner)."""
+        return partition_for_key(record_key(conversation_id), partitions)
+
+    def serving(self, conversation_id: str, *, forwarded: bool = False) -> AsyncHistoryEngine | Forward:
+        """The local engine when it serves ``conversation_id``, else where to forward it.
+        ``forwarded``: the request already took its one hop, so only the local engine may
+        serve it (``NotOwner`` otherwise)."""
+        owners = self.current()
+        if owners is None:
+            return self.local
+        partition = self.partition_of(conversation_id, owners.partitions)
+        if owners.owns(partition):
+            return self.local
+        owner = owners.owner_of(partition)
+        if forwarded:
+            raise NotOwner(f"this member ({owners.self_url}) does not own partition {partition} of the conversation "
+                           f"(its owner is {owner or 'unknown right now'}): read /v1/cluster and send it there")
+        if owner is None:
+            raise NotReady(f"partition {partition} has no owner right now (the group is rebalancing); retry shortly")
+        return Forward(owner, partition)
+
+    def engine(self, conversation_id: str) -> AsyncHistoryEngine:
+        """The local engine for a request the app decided to serve here (``NotOwner`` when the
+        ownership moved in between: clients retry)."""
+        decided = self.serving(conversation_id, forwarded=True)
+        assert not isinstance(decided, Forward)  # Invariant: serving(forwarded=True) never forwards.
+        return decided
+
+    def owns(self, conversation_id: str) -> bool:
+        """Whether this member serves ``conversation_id`` now (always without a cluster)."""
+        owners = self.current()
+        return owners is None or owners.owns(self.partition_of(conversation_id, owners.partitions))

@@ -25,6 +25,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from engine.cluster.ownership import OwnershipMap
 from engine.facade import EngineStats
 from schemas.batch import HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
 from schemas.canonical import _Num, dumps, loads_exact
@@ -35,8 +36,10 @@ from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
 
 __all__ = [
+    "FORWARDED_HEADER",
     "AppendBody",
     "CheckpointOut",
+    "ClusterOut",
     "ConversationsPage",
     "LatestTurnOut",
     "MeasureOut",
@@ -53,6 +56,8 @@ __all__ = [
     "WindowOut",
     "append_body_of",
     "body_tree",
+    "cluster_json",
+    "cluster_of",
     "history_position_of",
     "load_json",
     "log_position_of",
@@ -73,6 +78,10 @@ _STRICT = ConfigDict(extra="forbid")
 _POSITION = r"^[0-9]+:[0-9]+$"
 MAX_INT = 2**63 - 1
 """The largest integer a query parameter or a position may carry (a signed 64-bit value)."""
+FORWARDED_HEADER = "X-Histlog-Forwarded"
+"""On a request (value ``1``): it already took its one hop (a member forwarded it, or a client
+routed it by ``/v1/cluster``), so a member that does not own its partition answers 421
+``NotOwner`` instead of forwarding it again."""
 
 
 # ----- models (request and response bodies; the OpenAPI document is generated from these)
@@ -204,6 +213,18 @@ class StatsOut(BaseModel):
     owned_partitions: list[int] = []
     applied_since_open: list[int] = []
     poison: list[PoisonOut]
+
+
+class ClusterOut(BaseModel):
+    """``GET /v1/cluster``: the owner of every partition as this member last learned it. Without
+    a cluster (no ``--group``): ``group`` null, ``generation`` -1, and this server (the URL the
+    request reached) owns every partition."""
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    group: str | None
+    generation: int
+    partitions: Annotated[int, Field(ge=1)]
+    self_url: Annotated[str | None, Field(alias="self")]
+    owners: dict[Annotated[str, Field(pattern=r"^[0-9]+$")], str]
 
 
 class Problem(BaseModel):
@@ -377,3 +398,25 @@ def stats_of(tree: Any) -> EngineStats:
         raise InvalidRequest(str(invalid(exc, "stats"))) from None
     return EngineStats(**model.model_dump(exclude={"poison"}))
 
+
+
+def cluster_json(owners: OwnershipMap | None, *, partitions: int, here: str) -> dict[str, Any]:
+    """The ``GET /v1/cluster`` object of ``owners``; None (no cluster): ``here`` owns all ``partitions``."""
+    if owners is None:
+        return {"group": None, "generation": -1, "partitions": partitions, "self": here,
+                "owners": {str(p): here for p in range(partitions)}}
+    return {"group": owners.group, "generation": owners.generation, "partitions": owners.partitions,
+            "self": owners.self_url, "owners": {str(p): url for p, url in sorted(owners.owners.items())}}
+
+
+def cluster_of(tree: Any) -> OwnershipMap | None:
+    """The ``OwnershipMap`` a ``GET /v1/cluster`` answer describes, None when it is no cluster
+    (``group`` null: one server, or full replicas, where any server serves everything)."""
+    try:
+        model = ClusterOut.model_validate(tree)
+    except ValidationError as exc:
+        raise InvalidRequest(str(invalid(exc, "cluster"))) from None
+    if model.group is None:
+        return None
+    return OwnershipMap(model.group, model.generation, model.partitions, model.self_url or "",
+                        {int(p): url for p, url in model.owners.items()})

@@ -203,6 +203,19 @@ def test_closed_is_the_last_event_and_ends_the_stream(events: Events, client: ht
     wait_until(lambda: events.hub.streams == 0, "the stream to unregister")
 
 
+@pytest.mark.parametrize("resume", [{"after": "0:0"}, {"last_event_id": "1:0"}, {}],
+                         ids=["after", "last-event-id", "from-now"])
+def test_a_stream_of_a_conversation_cleared_already_says_closed_at_once(events: Events, client: httpx.Client,
+                                                                       resume: dict[str, str]) -> None:
+    """A consumer reconnecting after the clear (its ClearEvent is past) must not wait forever."""
+    turn(events.engine, "c", "a1")
+    events.engine.clear("c")
+    with stream(client, events.url, "c", after=resume.get("after"), last_event_id=resume.get("last_event_id")) \
+            as response:
+        got = list(events_of(response))  # returns: the server ended the stream
+    assert [(f.event, f.json()) for f in got] == [("closed", {"conversation_id": "c"})]
+
+
 def test_an_idle_stream_gets_keepalive_comments(events: Events, client: httpx.Client) -> None:
     started = time.monotonic()
     with stream(client, events.url, "c") as response:
