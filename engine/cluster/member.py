@@ -13,9 +13,10 @@ What ``ClusterMember`` promises:
   once; ``revoke`` waits only for the projector's step in progress).
 * **The router's map is checked against the lease at serve time** (``ownership``). After a
   freeze (SIGSTOP, a stall) a request thread may run before the membership thread has noticed
-  the lease ran out and revoked; ``ownership()`` then returns the map without this member's
-  claims, so the router answers ``NotReady`` (503) for those partitions (``NotOwner``, 421, for a
-  forwarded request) rather than serve state another member may already be changing.
+  the lease ran out and revoked; ``ownership()`` then returns a map with no owner, so the router
+  answers ``NotReady`` (503; ``NotOwner``, 421, for a forwarded request) rather than serve state
+  another member may already be changing. The same holds while the member is cut off from
+  Kafka (a broker down): it knows no current owner, so it neither serves nor forwards.
 * **Readiness** (``ClusterReadiness``, ``/readyz``): ready while the member is in the group with
   a valid lease and every partition it owns is caught up. Unlike a single server's readiness it
   never latches: after an assignment the member is ``NotReady`` again until the new partitions
@@ -68,15 +69,16 @@ class ClusterMember:
         return self.membership.advertise
 
     def ownership(self) -> OwnershipMap:
-        """The map the router decides by: the membership's latest, without this member's claims
-        while its lease is not valid (it may have been evicted without knowing it yet)."""
+        """The map the router decides by: the membership's latest while its lease is valid; else
+        (evicted without knowing it yet, or cut off from Kafka) a map with no owner at all, so
+        every routed request is ``NotReady`` (503, clients retry) rather than served from state
+        another member may be changing, or forwarded on knowledge that is no longer current."""
         latest = self.membership.map
-        if self.membership.lease_valid() or not any(u == latest.self_url for u in latest.owners.values()):
+        if not latest.owners or self.membership.lease_valid():
             return latest
         with self._lock:
             if self._fenced is None or self._fenced[0] is not latest:
-                owners = {p: u for p, u in latest.owners.items() if u != latest.self_url}
-                self._fenced = (latest, OwnershipMap(latest.group, -1, latest.partitions, latest.self_url, owners))
+                self._fenced = (latest, OwnershipMap(latest.group, -1, latest.partitions, latest.self_url, {}))
             return self._fenced[1]
 
     def wait_joined(self, timeout: float) -> bool:
@@ -135,7 +137,8 @@ class ClusterCollector(Collector):
         rebalances = CounterMetricFamily("histlog_cluster_rebalances", "Assignments received from the group")
         rebalances.add_metric([], m.rebalances)
         yield rebalances
-        lag = engine.stats().lag
-        remaining = sum(lag[p] for p in owned if engine.partition_state(p) == "catching_up")
+        catching = [p for p in owned if engine.partition_state(p) == "catching_up"]
+        lag = engine.stats().lag if catching else []  # stats() asks the log: only when it tells something
+        remaining = sum(lag[p] for p in catching)
         yield GaugeMetricFamily("histlog_cluster_catch_up_remaining_records",
                                 "Records still to apply on the partitions catching up", value=remaining)
