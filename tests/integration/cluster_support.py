@@ -156,17 +156,20 @@ class MemberProcess:
             self._log = None
 
 
-def whole_map(members: Sequence[MemberProcess], partitions: int = PARTITIONS) -> dict[int, str] | None:
-    """The map every one of ``members`` agrees on when it covers every partition with one of
-    their URLs and each of them is ready; else None."""
+def whole_map(members: Sequence[MemberProcess], partitions: int = PARTITIONS) -> dict[int, str]:
+    """The map every one of ``members`` agrees on, once it covers every partition with one of
+    their URLs and each of them is ready; else ``ValueError`` saying what is missing (for
+    ``wait_until``, which shows the last one when it gives up)."""
     urls = {m.url for m in members}
     maps = [get_json(m.url, "/v1/cluster") for m in members]
     owners = [{int(p): u for p, u in mp["owners"].items()} for mp in maps]
     first = owners[0]
     if len(first) != partitions or set(first.values()) - urls or any(o != first for o in owners[1:]):
-        return None
-    if any(mp["generation"] < 0 for mp in maps) or not all(m.ready() for m in members):
-        return None
+        raise ValueError(f"no agreement on a whole map: {maps}")
+    if any(mp["generation"] < 0 for mp in maps):
+        raise ValueError(f"a member is out of the group: {maps}")
+    if not all(m.ready() for m in members):
+        raise ValueError(f"not every member is ready: {[(m.url, m.ready()) for m in members]}")
     return first
 
 

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -202,23 +203,35 @@ def test_the_broker_down_under_load_loses_nothing_and_every_member_resumes(spawn
     urls = [m.url for m in members]
     history = History()
     load = Load(history, urls, conversations_on_every_partition(2), timeout=40.0)
-    down: list[int] = []
+    down: list[str] = []
+    back: list[int] = []
 
     async def run() -> None:
         broke = asyncio.Event()
         task = asyncio.create_task(load.run(lambda n: broke.set() if n == KILL_AFTER else None))
         await broke.wait()
         await asyncio.to_thread(kafka_broker1.stop)
-        async with httpx.AsyncClient(timeout=30.0) as http:
-            for url in urls:
-                r = await http.put(f"{url}/v1/conversations/probe/appends/p-{url[-5:]}",
-                                   json={"messages": [{"role": "user", "content": "while down"}]})
-                down.append(r.status_code)
+        deadline = time.monotonic() + SESSION_TIMEOUT + CATCH_UP_S
+        async with httpx.AsyncClient(timeout=5.0) as http:
+            for url in urls:  # each member refuses (503) once it knows the log is gone: its lease lapses
+                while True:
+                    try:
+                        r = await http.get(f"{url}/v1/conversations/{quote(load.conversations[0], safe='')}/messages")
+                        if r.status_code == 503:
+                            down.append(r.json()["title"])
+                            break
+                    except httpx.TimeoutException:
+                        pass
+                    assert time.monotonic() < deadline, f"{url} still serves with the broker down"
+                    await asyncio.sleep(0.2)
+        back.append(time.monotonic_ns())
         await asyncio.to_thread(kafka_broker1.start)
         await task
 
     asyncio.run(run())
-    assert down == [503] * len(members), f"members answered {down} with the broker down"
+    assert len(down) == len(members) and set(down) <= {"NotReady", "LogUnavailable"}, down
+    across = [o for o in history.ops if o.kind == "append" and o.invoked_ns < back[0] < (o.completed_ns or 0)]
+    assert across, "no append was in flight across the outage: the load did not run under it"
     wait_until(lambda: whole_map(members), JOIN_S + CATCH_UP_S, "every member resumes once the broker is back")
     asyncio.run(resend_everything(history, urls))
     report = checked(history, asyncio.run(finals_of(history, urls)))
