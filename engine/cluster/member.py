@@ -52,7 +52,10 @@ class ClusterMember:
         self.engine = engine
         self._fenced: tuple[OwnershipMap, OwnershipMap] | None = None  # (a map, it without our claims)
         self._lock = threading.Lock()
+        # rebalance_timeout = session_timeout: a member stuck in a join (see Membership.lease_valid)
+        # stops serving as soon as a frozen one would, not 30 s later.
         self.membership = Membership(bootstrap, topic, group, advertise, session_timeout=session_timeout,
+                                     rebalance_timeout=session_timeout,
                                      on_assigned=self._assigned, on_revoked=self._revoked,
                                      instance_id=instance_id, client_id=f"histlog-member-{group}")
 
