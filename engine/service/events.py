@@ -52,7 +52,7 @@ from starlette.responses import Response
 from engine.aio import AsyncHistoryEngine
 from engine.facade import HistoryEngine
 from engine.service import problems
-from engine.service.forward import until_disconnected
+from engine.service.forward import stream_until_disconnected
 from engine.service.routes import Context, Op
 from engine.service.routing import Param, segment
 from engine.service.wire import history_position_of
@@ -383,14 +383,7 @@ class EventStream(Response):
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                 (b"x-accel-buffering", b"no")]})
-            streaming = asyncio.ensure_future(self._stream(frames, send))
-            watching = asyncio.ensure_future(until_disconnected(receive))
-            try:
-                await asyncio.wait({streaming, watching}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (streaming, watching):
-                    task.cancel()
-                await asyncio.gather(streaming, watching, return_exceptions=True)
+            await stream_until_disconnected(self._stream(frames, send), receive)
         finally:
             await frames.aclose()
             self.hub.unregister(follower)
