@@ -16,6 +16,9 @@ What a stream promises:
   ``stream_buffer`` events: past that its stream gets ``event: error`` (a ``SubscriptionLost``
   problem) and ends; a send that cannot complete within ``stall_timeout`` (the peer stopped
   reading) drops the connection. A disconnect unregisters the stream at once.
+- On a cluster member that gives a partition up (``EventHub.revoked``), the streams of its
+  conversations end with ``event: error`` (``NotOwner``): the client reconnects with
+  ``Last-Event-ID`` and any member forwards it to the new owner.
 
 **Threads.** The engine's ``Subscription`` is a blocking, thread-safe iterator. Two ways to bring
 it into the event loop were weighed: (a) each stream polls its own subscription with
@@ -52,15 +55,16 @@ from starlette.responses import Response
 from engine.aio import AsyncHistoryEngine
 from engine.facade import HistoryEngine
 from engine.service import problems
-from engine.service.forward import until_disconnected
+from engine.service.forward import stream_until_disconnected
 from engine.service.routes import Context, Op
 from engine.service.routing import Param, segment
 from engine.service.wire import history_position_of
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from schemas.batch import StoredMessage
-from schemas.errors import HistoryError, NotReady, SubscriptionLost
+from schemas.errors import HistoryError, NotOwner, NotReady, SubscriptionLost
 from schemas.ids import ConversationID, MessageID
 from schemas.positions import HistoryPosition
+from schemas.records import partition_for_key, record_key
 
 __all__ = ["HEARTBEAT_S", "STALL_TIMEOUT_S", "STREAM_BUFFER", "EventHub", "EventStream", "Follower", "event_frames",
            "event_op", "frame"]
@@ -225,6 +229,28 @@ class EventHub:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._fail_all, None, SubscriptionLost("the service is shutting down"))
 
+    def revoked(self, partitions: Iterable[int]) -> None:
+        """End the streams of conversations in ``partitions`` (this member gave them up) with
+        ``event: error`` (a ``NotOwner`` problem): an EventSource reconnects with its
+        ``Last-Event-ID`` to any member, which forwards it to the new owner, so a stream follows
+        its partition when it moves. Callable from any thread (membership calls it)."""
+        parts = frozenset(partitions)
+        loop = self._loop
+        if parts and loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._end_partitions, parts)
+
+    def _end_partitions(self, parts: frozenset[int]) -> None:
+        count = self.engine.log.partitions
+        for conversation_id, group in list(self._followers.items()):
+            partition = partition_for_key(record_key(conversation_id), count)
+            if partition not in parts:
+                continue
+            for follower in list(group):
+                follower._fail(NotOwner(f"this member gave up partition {partition} (conversation "
+                                        f"{conversation_id!r}): reconnect with Last-Event-ID to resume at its owner"))
+                self.unregister(follower)
+
     # -- the pump thread and its hand-off ------------------------------------------------------
     def _pump(self, subscription: Any, generation: int, loop: asyncio.AbstractEventLoop) -> None:
         """Drain ``subscription`` in batches into the loop until it is closed or ends."""
@@ -383,14 +409,7 @@ class EventStream(Response):
             await send({"type": "http.response.start", "status": 200, "headers": [
                 (b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache"),
                 (b"x-accel-buffering", b"no")]})
-            streaming = asyncio.ensure_future(self._stream(frames, send))
-            watching = asyncio.ensure_future(until_disconnected(receive))
-            try:
-                await asyncio.wait({streaming, watching}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (streaming, watching):
-                    task.cancel()
-                await asyncio.gather(streaming, watching, return_exceptions=True)
+            await stream_until_disconnected(self._stream(frames, send), receive)
         finally:
             await frames.aclose()
             self.hub.unregister(follower)

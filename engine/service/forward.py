@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Coroutine
 from typing import Any
 
 import httpx
@@ -35,7 +36,7 @@ from engine.service.wire import FORWARDED_HEADER
 from schemas.errors import NotReady
 
 __all__ = ["CONNECT_TIMEOUT_S", "READ_TIMEOUT_S", "RELAYED_REQUEST_HEADERS", "Forwarder", "RelayedStream",
-           "is_forwarded", "until_disconnected"]
+           "is_forwarded", "stream_until_disconnected", "until_disconnected"]
 
 CONNECT_TIMEOUT_S = 2.0
 """Seconds to connect to an owner: past that it is taken as down (503, clients retry)."""
@@ -58,6 +59,19 @@ async def until_disconnected(receive: Receive) -> None:
     """Return once the client of this connection has gone away."""
     while (await receive())["type"] != "http.disconnect":
         pass
+
+
+async def stream_until_disconnected(streaming: Coroutine[Any, Any, None], receive: Receive) -> None:
+    """Run ``streaming`` (a response body being sent) until it ends or the client goes away,
+    whichever comes first; the other is cancelled and awaited."""
+    sending = asyncio.ensure_future(streaming)
+    watching = asyncio.ensure_future(until_disconnected(receive))
+    try:
+        await asyncio.wait({sending, watching}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (sending, watching):
+            task.cancel()
+        await asyncio.gather(sending, watching, return_exceptions=True)
 
 
 class Forwarder:
@@ -178,14 +192,7 @@ class RelayedStream(Response):
             await send({"type": "http.response.start", "status": self.status_code, "headers": [
                 (k.encode("latin-1"), v.encode("latin-1")) for k, v in self.answer_headers.items()]
                 + [(b"x-accel-buffering", b"no")]})
-            streaming = asyncio.ensure_future(self._pump(send))
-            watching = asyncio.ensure_future(until_disconnected(receive))
-            try:
-                await asyncio.wait({streaming, watching}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for task in (streaming, watching):
-                    task.cancel()
-                await asyncio.gather(streaming, watching, return_exceptions=True)
+            await stream_until_disconnected(self._pump(send), receive)
         finally:
             await self.upstream.aclose()
 

@@ -4,12 +4,14 @@ or a duplicate, replacements, closing, heartbeats, a stalled reader, disconnect 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import orjson
@@ -301,3 +303,24 @@ def test_closing_the_hub_ends_open_streams_with_an_error_event(events: Events, c
     wait_until(lambda: events.hub.streams == 0 and not events.hub.subscribed, "the hub to release everything")
     r = client.get(f"{events.url}/v1/conversations/c/events")
     assert r.status_code == 503 and r.json()["title"] == "NotReady" and r.headers["retry-after"] == "1"
+
+
+def test_giving_a_partition_up_ends_its_streams_with_not_owner_and_leaves_the_others(
+        tmp_path: Path, client: httpx.Client) -> None:
+    """A cluster member that gives a partition up ends the streams of its conversations, so each
+    client reconnects (Last-Event-ID) and reaches the new owner; other partitions' streams go on."""
+    from schemas.records import partition_for_key, record_key
+
+    by_part: dict[int, str] = {}
+    i = 0
+    while len(by_part) < 2:
+        by_part.setdefault(partition_for_key(record_key(f"c{i}"), 2), f"c{i}")
+        i += 1
+    with HistoryEngine.open(tmp_path / "two", partitions=2) as engine:
+        for events in _start(engine):
+            with stream(client, events.url, by_part[1]) as moved, stream(client, events.url, by_part[0]) as kept:
+                events.hub.revoked([1])
+                got = list(events_of(moved))  # returns: the server ended the stream
+                assert [f.event for f in got] == ["error"] and got[0].json()["title"] == "NotOwner"  # type: ignore[index]
+                turn(engine, by_part[0], "a1")
+                assert [f.event for f in itertools.islice(events_of(kept), 2)] == ["message", "message"]
