@@ -10,7 +10,9 @@ What ``ClusterMember`` promises:
   the projector no longer applies the partition). Revoked state is kept (``drop=False``): a
   partition that comes back resumes from its checkpoint instead of replaying from offset 0.
   Both callbacks run on kafka-python's IO thread and return promptly (``assign`` returns at
-  once; ``revoke`` waits only for the projector's step in progress).
+  once; ``revoke`` waits only for the projector's step in progress). After a revoke the
+  ``on_revoked`` listeners run (the server ends the event streams of those partitions, so each
+  EventSource reconnects with ``Last-Event-ID`` and is forwarded to the new owner).
 * **The router's map is checked against the lease at serve time** (``ownership``). After a
   freeze (SIGSTOP, a stall) a request thread may run before the membership thread has noticed
   the lease ran out and revoked; ``ownership()`` then returns a map with no owner, so the router
@@ -30,7 +32,7 @@ What ``ClusterMember`` promises:
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -50,7 +52,10 @@ class ClusterMember:
     def __init__(self, engine: HistoryEngine, bootstrap: str, topic: str, group: str, advertise: str, *,
                  session_timeout: float = DEFAULT_SESSION_TIMEOUT, instance_id: str | None = None) -> None:
         self.engine = engine
-        self._fenced: tuple[OwnershipMap, OwnershipMap] | None = None  # (a map, it without our claims)
+        self._fenced: tuple[OwnershipMap, OwnershipMap] | None = None  # (a map, it without owners)
+        self.on_revoked: list[Callable[[frozenset[int]], None]] = []
+        """Called (IO thread, after the engine stopped serving them) with the partitions given up:
+        e.g. the event hub ends their streams so clients reconnect to the new owner."""
         self._lock = threading.Lock()
         # rebalance_timeout = session_timeout: a member stuck in a join (see Membership.lease_valid)
         # stops serving as soon as a frozen one would, not 30 s later.
@@ -65,6 +70,8 @@ class ClusterMember:
 
     def _revoked(self, parts: frozenset[int]) -> None:
         self.engine.revoke(parts, drop=False)
+        for listener in list(self.on_revoked):
+            listener(parts)
 
     # -- what the server reads --------------------------------------------------------------------
     @property
