@@ -6,8 +6,8 @@ and measures against a baseline in the same run (ratios, never absolute pass/fai
 schemas, codec, log, engine, reads (the read projections vs ``read()`` + Python), middleware, turns,
 kafka (a real broker: ``HISTLOG_KAFKA`` or one started from the Maven Central jars with ``scripts/kafka``), and
 service (``histlog serve`` vs the same engine in process), frameworks (the service's two hot shapes on
-each HTTP framework and server present, against raw ASGI on uvicorn), and forward (one hop between cluster
-members).
+each HTTP framework and server present, against raw ASGI on uvicorn), forward (one hop between cluster
+members), and cluster (a member of a 3-member group vs a full replica: start-up catch-up, appends/s, the hop).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 __all__ = ["NAMES", "run_all"]
 
 NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
-         "forward")
+         "forward", "cluster")
 
 
 def run_all(argv: list[str] | None = None) -> int:

@@ -10,6 +10,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from engine.cli.cluster import cmd_cluster
 from engine.cli.exits import UsageError
 from engine.cli.ops import cmd_rebuild, cmd_stats, cmd_tail
 from engine.cli.reads import cmd_list, cmd_read, cmd_turns
@@ -186,12 +187,19 @@ def build_parser() -> argparse.ArgumentParser:
                 "closes the engine and exits 0. A non-loopback --listen needs a token unless --insecure.")
     add_serve(p, _integer)
 
+    p = command("cluster", cmd_cluster, "print a cluster's ownership map and each owner's lag (--url a member)",
+                "Ask the member at --url (any member of a `serve --group` cluster) for its ownership map "
+                "(GET /v1/cluster) and each owner for its stats: one line per partition with its owner and "
+                "the records that owner has not applied yet. Exits 4 if an owner does not answer (the map is "
+                "still printed). A server without --group shows itself owning every partition.")
+    p.add_argument("--json", action="store_true", help='one JSON object: the map plus "members" (owned, lag)')
+
     p = command("bench", cmd_bench, "run the benchmarks (prints tables and writes a JSON)",
                 "Run the benchmarks of bench/ (source checkout only): each prints ratios against a baseline "
                 "measured in the same run. The kafka one uses HISTLOG_KAFKA or starts a broker with scripts/kafka.")
     p.add_argument("names", nargs="*", metavar="NAME",
                    help="which benchmarks (default all): schemas codec log engine reads middleware turns kafka "
-                        "service frameworks, e.g. histlog bench service")
+                        "service frameworks forward cluster, e.g. histlog bench service")
     p.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     p.add_argument("--only", metavar="NAMES", help="the same as NAME..., comma-separated")
     p.add_argument("--json", metavar="PATH", help="where to write the results (default bench/results/latest.json)")

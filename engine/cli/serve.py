@@ -5,6 +5,13 @@ What it promises: the line ``listening=http://HOST:PORT`` on stdout (flushed, th
 non-loopback ``--listen`` without a token is refused (exit 2, one line) unless ``--insecure``.
 SIGTERM or SIGINT stops accepting, lets the requests in flight finish (at most
 ``DRAIN_TIMEOUT`` seconds), closes the engine and exits 0.
+
+With ``--group NAME`` (Kafka only, with ``--advertise URL``) the server is a cluster member
+(``engine.cluster.member``, docs/cluster.md): its engine opens owning no partition and takes
+what the group assigns. The socket is bound before joining, so a port 0 in ``--advertise``
+(``http://127.0.0.1:0``) stands for the port ``--listen`` got: with ``--listen HOST:0`` that is
+how a member advertises the port it really listens on. On SIGTERM the member drains, then leaves
+the group (Kafka hands its partitions over at once), then closes the engine.
 """
 
 from __future__ import annotations
@@ -17,20 +24,25 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from socket import socket
+from socket import AF_INET, AF_INET6, create_server, socket
 from typing import TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 import uvicorn
 
 from engine.cli.exits import OK, UsageError
 from engine.cli.target import Target
+from engine.cluster.member import ClusterCollector, ClusterMember, ClusterReadiness
+from engine.cluster.membership import DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT
 from engine.service.app import build_app
 from engine.service.auth import DEFAULT_MAX_BODY
 from engine.service.forward import Forwarder
-from engine.service.health import observability
+from engine.service.health import Readiness, observability
 
-__all__ = ["DEFAULT_LISTEN", "DRAIN_TIMEOUT", "cmd_serve", "listen_address", "token_of"]
+__all__ = ["DEFAULT_LISTEN", "DRAIN_TIMEOUT", "Cluster", "advertised_url", "cluster_of", "cmd_serve", "listen_address",
+           "token_of"]
 
 DEFAULT_LISTEN = "127.0.0.1:8420"
 DRAIN_TIMEOUT = 10
@@ -71,6 +83,68 @@ def token_of(token_file: str | None, env: Mapping[str, str]) -> str | None:
     if given is not None and not given:
         raise UsageError("HISTLOG_TOKEN is empty: set the token or unset the variable")
     return given
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """``--group``, ``--advertise`` (port 0: the listening port) and ``--session-timeout``, checked."""
+
+    group: str
+    advertise: str
+    session_timeout: float
+    instance_id: str | None = None
+
+
+def cluster_of(ns: argparse.Namespace, target: Target) -> Cluster | None:
+    """The cluster flags checked before anything is opened (``UsageError`` naming what to add)."""
+    group, advertise, timeout, instance = ns.group, ns.advertise, ns.session_timeout, ns.instance_id
+    if group is None:
+        if advertise is not None or timeout is not None or instance is not None:
+            raise UsageError("--advertise, --session-timeout and --instance-id apply to --group NAME "
+                             "(a cluster member): add --group")
+        return None
+    if not group.strip():
+        raise UsageError("--group is empty: name the cluster, e.g. --group histlog")
+    if target.kafka is None:
+        raise UsageError("--group needs --kafka HOST:PORT (and --topic, --state): a cluster's members share a "
+                         "Kafka topic")
+    if advertise is None:
+        raise UsageError("--group needs --advertise http://HOST:PORT: the URL other members and clients reach "
+                         "this one at (port 0: the port --listen got)")
+    parts = urlsplit(advertise)
+    try:
+        port = parts.port
+    except ValueError:
+        port = -1
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/") or port == -1 \
+            or parts.query or parts.fragment:
+        raise UsageError(f"invalid --advertise {advertise!r}: expected http://HOST:PORT (no path), "
+                         "e.g. http://10.0.0.5:8420")
+    timeout = DEFAULT_SESSION_TIMEOUT if timeout is None else timeout
+    if not MIN_SESSION_TIMEOUT <= timeout <= 1800:
+        raise UsageError(f"invalid --session-timeout {timeout:g}: expected {MIN_SESSION_TIMEOUT:g}..1800 seconds "
+                         "(Kafka's group.min.session.timeout.ms is 6 s by default)")
+    if instance is not None and not instance.strip():
+        raise UsageError("--instance-id is empty: give this member's stable name, or leave it out")
+    return Cluster(group, advertise.rstrip("/"), float(timeout), instance)
+
+
+def advertised_url(advertise: str, bound_port: int) -> str:
+    """``advertise`` with a port 0 replaced by ``bound_port`` (the port the socket got)."""
+    parts = urlsplit(advertise)
+    if parts.port != 0:
+        return advertise
+    host = parts.netloc.rsplit(":", 1)[0]
+    return urlunsplit((parts.scheme, f"{host}:{bound_port}", "", "", ""))
+
+
+def _bind(host: str, port: int) -> socket:
+    """A listening TCP socket on ``host:port`` (port 0: a free one), for uvicorn to serve on."""
+    family = AF_INET6 if ":" in host else AF_INET
+    try:
+        return create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 class _Server(uvicorn.Server):
@@ -119,20 +193,39 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
                          "or --insecure if the network is yours alone")
     if ns.max_body <= 0:
         raise UsageError(f"invalid --max-body {ns.max_body}: expected a positive number of bytes")
-    with target.open() as engine:
-        extras = observability(engine)  # events, /metrics, /healthz, /readyz
-        app = build_app(engine, token=token, max_body=ns.max_body, extra_ops=extras.ops,
-                        extra_routes=[*extras.readiness.routes, *extras.metrics.routes],
-                        middleware=[extras.middleware])
-        config = uvicorn.Config(app, host=host, port=port, lifespan="off", log_config=None, access_log=False,
-                                timeout_graceful_shutdown=DRAIN_TIMEOUT, server_header=False,
-                                proxy_headers=False)  # no route uses the client's address: skip its parsing
-        print(f"histlog: serving {target.describe()}{' (token required)' if token else ''}", file=sys.stderr,
-              flush=True)
-        try:
-            _Server(config, out, extras.close, app.forwarder).run()
-        finally:
-            extras.close()
+    if ns.partitions is not None and ns.partitions <= 0:
+        raise UsageError(f"invalid --partitions {ns.partitions}: expected a positive count (the log's, when created)")
+    cluster = cluster_of(ns, target)
+    with target.open(partitions=ns.partitions, owned=() if cluster else None) as engine:
+        sockets = [_bind(host, port)] if cluster else None  # the real port, before the group hears of it
+        with contextlib.ExitStack() as stack:
+            member: ClusterMember | None = None
+            readiness: Readiness | None = None
+            described = target.describe()
+            if cluster is not None:
+                assert sockets is not None and target.kafka is not None  # Invariant: cluster_of checked both.
+                url = advertised_url(cluster.advertise, sockets[0].getsockname()[1])
+                member = stack.enter_context(ClusterMember(engine, target.kafka, target.topic, cluster.group, url,
+                                                           session_timeout=cluster.session_timeout,
+                                                           instance_id=cluster.instance_id))
+                readiness = ClusterReadiness(member)
+                described += f", member of group {cluster.group} as {url}"
+            extras = observability(engine, readiness=readiness)  # events, /metrics, /healthz, /readyz
+            if member is not None:
+                extras.metrics.registry.register(ClusterCollector(member))
+                member.on_revoked.append(extras.hub.revoked)  # streams follow their partition
+            app = build_app(engine, token=token, max_body=ns.max_body, extra_ops=extras.ops,
+                            extra_routes=[*extras.readiness.routes, *extras.metrics.routes],
+                            middleware=[extras.middleware],
+                            ownership=None if member is None else member.ownership)
+            config = uvicorn.Config(app, host=host, port=port, lifespan="off", log_config=None, access_log=False,
+                                    timeout_graceful_shutdown=DRAIN_TIMEOUT, server_header=False,
+                                    proxy_headers=False)  # no route uses the client's address: skip its parsing
+            print(f"histlog: serving {described}{' (token required)' if token else ''}", file=sys.stderr, flush=True)
+            try:
+                _Server(config, out, extras.close, app.forwarder).run(sockets=sockets)
+            finally:
+                extras.close()
     print("histlog: stopped", file=sys.stderr, flush=True)
     return OK
 
@@ -147,3 +240,20 @@ def add_serve(command: argparse.ArgumentParser, integer: type[int] | object) -> 
                          help="allow a non-loopback --listen without a token")
     command.add_argument("--max-body", metavar="BYTES", type=integer, default=DEFAULT_MAX_BODY,  # type: ignore[arg-type]
                          help=f"the largest request body accepted (default {DEFAULT_MAX_BODY}); larger is a 413")
+    command.add_argument("--partitions", metavar="N", type=integer, default=None,  # type: ignore[arg-type]
+                         help="the log's partition count when this creates it (default 1); an existing log "
+                              "with another count is refused")
+    cluster = command.add_argument_group("cluster (Kafka only, docs/cluster.md)")
+    cluster.add_argument("--group", metavar="NAME",
+                         help="be a member of this cluster: serve only the partitions the Kafka consumer group NAME "
+                              "assigns, forward the rest to their owners")
+    cluster.add_argument("--advertise", metavar="URL",
+                         help="with --group: this member's URL for the others and the clients, http://HOST:PORT "
+                              "(port 0: the port --listen got)")
+    cluster.add_argument("--session-timeout", metavar="S", type=float, default=None,
+                         help=f"with --group: seconds without a heartbeat before Kafka moves this member's "
+                              f"partitions (default {DEFAULT_SESSION_TIMEOUT:g}, at least {MIN_SESSION_TIMEOUT:g})")
+    cluster.add_argument("--instance-id", metavar="ID",
+                         help="with --group: a stable name for this member (Kafka static membership): restarted "
+                              "within the session timeout it gets its partitions back without a rebalance; the "
+                              "price: a stop hands them over only after the session timeout")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import cast
@@ -61,7 +61,8 @@ class Target:
         return f"Kafka {self.kafka} topic {self.topic} (state {self.state})"
 
     def open(self, *, progress: Callable[[int, int], None] | None = None, rebuild: bool = False,
-             accept_log_loss: bool = False) -> HistoryEngine:
+             accept_log_loss: bool = False, partitions: int | None = None,
+             owned: Iterable[int] | None = None) -> HistoryEngine:
         """Open the engine on this target (the one place the CLI opens one). A server target
         opens a ``HistoryClient``: it has every method the commands ``resolve`` lets through with
         ``--url`` call (the others are refused there), with the same results and errors."""
@@ -71,9 +72,10 @@ class Target:
             # Invariant: resolve() admits with --url only commands whose calls HistoryClient offers.
             return cast(HistoryEngine, HistoryClient(self.url, token=self.token, timeout=self.timeout))
         if self.kafka is None:
-            return HistoryEngine.open(self.data, progress=progress, rebuild=rebuild, accept_log_loss=accept_log_loss)
+            return HistoryEngine.open(self.data, progress=progress, rebuild=rebuild, accept_log_loss=accept_log_loss,
+                                      partitions=partitions, owned=owned)
         return HistoryEngine.open(kafka=self.kafka, topic=self.topic, state_dir=self.state, progress=progress,
-                                  rebuild=rebuild, accept_log_loss=accept_log_loss)
+                                  rebuild=rebuild, accept_log_loss=accept_log_loss, partitions=partitions, owned=owned)
 
 
 def _flag(ns: argparse.Namespace, name: str) -> str | None:

@@ -152,6 +152,7 @@ class Membership:
         self.session_timeout = float(session_timeout)
         self.heartbeat_interval = float(interval)
         self._lease_s = self.session_timeout - self.heartbeat_interval
+        self._rebalance_lease_s = float(rebalance_timeout) - self.heartbeat_interval
         self._close_timeout = float(close_timeout)
         self._on_assigned, self._on_revoked, self._on_change = on_assigned, on_revoked, on_change
 
@@ -226,18 +227,24 @@ class Membership:
         Proof of membership: the last successful heartbeat or the last assignment received.
         (kafka-python's own ``last_reset`` is no proof: it is also reset when the coordinator is
         merely looked up again, which a member evicted while frozen does first thing on waking.)
-        While a JoinGroup/SyncGroup is in flight the lease holds: the broker keeps a member
-        awaiting its join alive, and under the cooperative protocol its partitions move only
+        While a JoinGroup/SyncGroup is in flight the lease holds, up to ``rebalance_timeout``
+        (less a heartbeat interval) since the last proof: the broker keeps a member awaiting
+        its join alive that long, and under the cooperative protocol its partitions move only
         once that round completes (an eviction is then reported to kafka-python, which calls
-        ``on_partitions_lost``, within one round trip).
+        ``on_partitions_lost``, within one round trip); past it the member was dropped.
         """
         state = self._consumer.group_metadata().state
-        if state == MemberState.REBALANCING:
-            return True
-        if state != MemberState.STABLE:
+        if state not in (MemberState.REBALANCING, MemberState.STABLE):
             return False
         beat = self._consumer._coordinator.heartbeat  # kafka-python keeps heartbeat times only here
         last: float = max(beat.last_receive, self._assignor.synced_at)
+        if state == MemberState.REBALANCING:
+            # Bounded all the same: a member that has not completed its join within the
+            # rebalance timeout has been dropped from that round, and its partitions given to
+            # others. Seen for real: kafka-python 3.0.12 can leave a member REBALANCING for good
+            # (a SyncGroup answered, the join never completed, ``poll`` waiting on the
+            # coordinator), and an unbounded lease let it serve partitions others owned.
+            return time.monotonic() - last < self._rebalance_lease_s
         return time.monotonic() - last < self._lease_s
 
     def wait_joined(self, timeout: float) -> bool:

@@ -91,10 +91,12 @@ class Observability:
 
 
 def observability(engine: HistoryEngine, *, heartbeat: float = HEARTBEAT_S, stall_timeout: float = STALL_TIMEOUT_S,
-                  stream_buffer: int = STREAM_BUFFER, targets: Sequence[int] | None = None) -> Observability:
-    """Events, metrics and health for one app over ``engine``."""
+                  stream_buffer: int = STREAM_BUFFER, targets: Sequence[int] | None = None,
+                  readiness: Readiness | None = None) -> Observability:
+    """Events, metrics and health for one app over ``engine``; ``readiness``: another rule for
+    ``/readyz`` (a cluster member's, ``engine.cluster.member``), else ``Readiness(engine, targets)``."""
     hub = EventHub(engine, stream_buffer=stream_buffer)
     metrics = ServiceMetrics(engine)
     metrics.registry.register(StreamsCollector(hub))
-    return Observability(hub, metrics, Readiness(engine, targets=targets),
+    return Observability(hub, metrics, readiness or Readiness(engine, targets=targets),
                          (event_op(hub, heartbeat=heartbeat, stall_timeout=stall_timeout),))

@@ -74,8 +74,10 @@ def histlog_bootstrap(histlog: dict[str, Any]) -> str:
     return histlog_setting(histlog, "--kafka", "HISTLOG_KAFKA")
 
 
-def test_three_services(compose: dict[str, Any]) -> None:
-    assert set(compose["services"]) == {"kafka", "histlog", "serve"}
+def test_three_services_and_three_cluster_members_behind_a_profile(compose: dict[str, Any]) -> None:
+    assert set(compose["services"]) == {"kafka", "histlog", "serve", "member-1", "member-2", "member-3"}
+    for name in ("kafka", "histlog", "serve"):  # `docker compose up` starts these only
+        assert "profiles" not in compose["services"][name]
 
 
 def test_kafka_image_is_the_official_one_pinned_to_4x(kafka: dict[str, Any]) -> None:
@@ -224,3 +226,38 @@ def test_serve_keeps_its_state_in_a_named_volume_and_is_healthy_when_ready(compo
     test = " ".join(serve["healthcheck"]["test"])
     assert f"127.0.0.1:{ns.listen.rpartition(':')[2]}/readyz" in test
     assert serve["depends_on"]["kafka"]["condition"] == "service_healthy"
+
+
+MEMBERS = ("member-1", "member-2", "member-3")
+
+
+@pytest.mark.parametrize("name", MEMBERS)
+def test_a_cluster_member_is_a_serve_group_on_the_broker_advertising_its_compose_name(
+        compose: dict[str, Any], kenv: dict[str, str], name: str) -> None:
+    from engine.cli.parser import build_parser
+    from engine.cli.serve import cluster_of
+    from engine.cli.target import resolve
+
+    member = compose["services"][name]
+    assert member["profiles"] == ["cluster"]
+    ns = build_parser().parse_args(serve_words(member)[1:])
+    assert ns.command == "serve" and ns.partitions == 6
+    cluster = cluster_of(ns, resolve(ns, {}))
+    assert cluster is not None and cluster.group == "histlog"
+    port = ns.listen.rpartition(":")[2]
+    assert cluster.advertise == f"http://{name}:{port}"  # what the other members reach it at
+    advertised = {f"{h}:{p}" for h, p in listeners(kenv["KAFKA_ADVERTISED_LISTENERS"]).values()}
+    assert ns.kafka in advertised and ns.kafka.startswith("kafka:")
+    assert member["ports"] == [f"127.0.0.1:{8420 + MEMBERS.index(name) + 1}:{port}"]  # --insecure: loopback only
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in member["volumes"]}
+    assert mounts[ns.state] == f"{name}-state" and mounts[ns.state] in compose["volumes"]
+    assert f"127.0.0.1:{port}/readyz" in " ".join(member["healthcheck"]["test"])
+
+
+def test_the_members_share_one_topic_and_group_the_full_replica_does_not_use(compose: dict[str, Any]) -> None:
+    from engine.cli.parser import build_parser
+
+    parsed = [build_parser().parse_args(serve_words(compose["services"][n])[1:]) for n in MEMBERS]
+    assert len({(ns.topic, ns.group) for ns in parsed}) == 1
+    replica = build_parser().parse_args(serve_words(compose["services"]["serve"])[1:])
+    assert parsed[0].topic != replica.topic  # a 1-partition topic cannot be split

@@ -1,0 +1,75 @@
+"""``histlog --url URL cluster``: a cluster's ownership map as one member knows it, and each
+owner's lag on the partitions it owns (docs/cluster.md).
+
+What it promises: one ``GET /v1/cluster`` from the member at ``--url`` (any member), then one
+``GET /v1/stats`` from each owner the map names; a table (or ``--json``) of partition -> owner ->
+records not yet applied by that owner. An owner that does not answer is shown as ``unreachable``
+and the exit status is 4 (the map was still printed); a ``--url`` that does not answer is exit 4
+with one line, as every command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any, TextIO
+
+import httpx
+
+from engine.cli.exits import OK, UNAVAILABLE, UsageError
+from engine.cli.target import Target
+from engine.render import print_lines
+from schemas.errors import LogUnavailable
+
+__all__ = ["cluster_report", "cmd_cluster"]
+
+
+def _get(http: httpx.Client, url: str, path: str) -> Any:
+    answer = http.get(url.rstrip("/") + path)
+    if answer.status_code != 200:
+        raise LogUnavailable(f"{url}{path} answered {answer.status_code}: {answer.text[:200]}")
+    return answer.json()
+
+
+def cluster_report(http: httpx.Client, url: str) -> dict[str, Any]:
+    """The map of the member at ``url`` plus, per owner, its owned partitions and lag (or its error)."""
+    try:
+        tree: dict[str, Any] = _get(http, url, "/v1/cluster")
+    except httpx.TransportError as exc:
+        raise LogUnavailable(f"no histlog server answered at {url} ({exc}); check --url") from None
+    members: dict[str, Any] = {}
+    for owner in sorted(set(tree["owners"].values())):
+        try:
+            stats = _get(http, owner, "/v1/stats")
+            members[owner] = {"owned": stats["owned_partitions"],
+                              "lag": {str(p): stats["lag"][p] for p in stats["owned_partitions"]}}
+        except (httpx.HTTPError, LogUnavailable, KeyError, IndexError, ValueError) as exc:
+            members[owner] = {"error": str(exc) or type(exc).__name__}
+    return {**tree, "members": members}
+
+
+def _lines(report: dict[str, Any]) -> list[str]:
+    owners: dict[str, str] = report["owners"]
+    lines = [f"group {report['group']}  generation {report['generation']}  partitions {report['partitions']}  "
+             f"(as {report['self']} knows it)",
+             f"{'partition':>9}  {'lag':>8}  owner"]
+    for p in range(report["partitions"]):
+        owner = owners.get(str(p))
+        member = report["members"].get(owner, {}) if owner else {}
+        lag = "-" if owner is None else ("unreachable" if "error" in member else member["lag"].get(str(p), "?"))
+        lines.append(f"{p:>9}  {lag:>8}  {owner or '(no owner right now)'}")
+    lines.extend(f"{owner}: {m['error']}" for owner, m in report["members"].items() if "error" in m)
+    return lines
+
+
+def cmd_cluster(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    if target.url is None:
+        raise UsageError("cluster asks a running server: give --url http://HOST:PORT (any member of the cluster)")
+    headers = {} if target.token is None else {"Authorization": f"Bearer {target.token}"}
+    with httpx.Client(headers=headers, timeout=min(target.timeout, 10.0)) as http:
+        report = cluster_report(http, target.url)
+    if ns.json:
+        print_lines(out, json.dumps(report, ensure_ascii=False))
+    else:
+        print_lines(out, *_lines(report))
+    return UNAVAILABLE if any("error" in m for m in report["members"].values()) else OK

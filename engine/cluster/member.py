@@ -1,0 +1,154 @@
+"""A cluster member: the wiring between a ``Membership`` and one server's engine and router
+(``histlog serve --group``, SERVICE.md "Cluster", docs/cluster.md).
+
+What ``ClusterMember`` promises:
+
+* **Kafka decides, the engine follows.** The engine is opened owning nothing; ``on_assigned``
+  becomes ``engine.assign`` (each partition resumes from its own checkpoint and is ``NotReady``
+  until caught up with the log end seen at assignment) and ``on_revoked`` becomes
+  ``engine.revoke`` (its calls fail with ``NotOwner`` from the moment it begins; it returns once
+  the projector no longer applies the partition). Revoked state is kept (``drop=False``): a
+  partition that comes back resumes from its checkpoint instead of replaying from offset 0.
+  Both callbacks run on kafka-python's IO thread and return promptly (``assign`` returns at
+  once; ``revoke`` waits only for the projector's step in progress). After a revoke the
+  ``on_revoked`` listeners run (the server ends the event streams of those partitions, so each
+  EventSource reconnects with ``Last-Event-ID`` and is forwarded to the new owner).
+* **The router's map is checked against the lease at serve time** (``ownership``). After a
+  freeze (SIGSTOP, a stall) a request thread may run before the membership thread has noticed
+  the lease ran out and revoked; ``ownership()`` then returns a map with no owner, so the router
+  answers ``NotReady`` (503; ``NotOwner``, 421, for a forwarded request) rather than serve state
+  another member may already be changing. The same holds while the member is cut off from
+  Kafka (a broker down): it knows no current owner, so it neither serves nor forwards.
+* **Readiness** (``ClusterReadiness``, ``/readyz``): ready while the member is in the group with
+  a valid lease and every partition it owns is caught up. Unlike a single server's readiness it
+  never latches: after an assignment the member is ``NotReady`` again until the new partitions
+  are caught up, so a load balancer stops sending it traffic it would only forward or refuse.
+* **Metrics** (``ClusterCollector``): owned partitions, rebalances, the generation, the lease and
+  the records still to apply on partitions catching up.
+* ``close()`` leaves the group first (revoking everything, so Kafka reassigns at once) and is
+  idempotent; the caller closes the engine afterwards.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engine.cluster.membership import DEFAULT_SESSION_TIMEOUT, Membership
+from engine.cluster.ownership import OwnershipMap
+from engine.facade import HistoryEngine
+from engine.service.health import Readiness
+from schemas.errors import NotReady
+
+__all__ = ["ClusterCollector", "ClusterMember", "ClusterReadiness"]
+
+
+class ClusterMember:
+    """``engine`` as a member of ``group`` on ``topic`` (see the module docstring). Joins at once."""
+
+    def __init__(self, engine: HistoryEngine, bootstrap: str, topic: str, group: str, advertise: str, *,
+                 session_timeout: float = DEFAULT_SESSION_TIMEOUT, instance_id: str | None = None) -> None:
+        self.engine = engine
+        self._fenced: tuple[OwnershipMap, OwnershipMap] | None = None  # (a map, it without owners)
+        self.on_revoked: list[Callable[[frozenset[int]], None]] = []
+        """Called (IO thread, after the engine stopped serving them) with the partitions given up:
+        e.g. the event hub ends their streams so clients reconnect to the new owner."""
+        self._lock = threading.Lock()
+        # rebalance_timeout = session_timeout: a member stuck in a join (see Membership.lease_valid)
+        # stops serving as soon as a frozen one would, not 30 s later.
+        self.membership = Membership(bootstrap, topic, group, advertise, session_timeout=session_timeout,
+                                     rebalance_timeout=session_timeout,
+                                     on_assigned=self._assigned, on_revoked=self._revoked,
+                                     instance_id=instance_id, client_id=f"histlog-member-{group}")
+
+    # -- the callbacks (kafka-python's IO thread, one at a time) ----------------------------------
+    def _assigned(self, parts: frozenset[int]) -> None:
+        self.engine.assign(parts)
+
+    def _revoked(self, parts: frozenset[int]) -> None:
+        self.engine.revoke(parts, drop=False)
+        for listener in list(self.on_revoked):
+            listener(parts)
+
+    # -- what the server reads --------------------------------------------------------------------
+    @property
+    def advertise(self) -> str:
+        return self.membership.advertise
+
+    def ownership(self) -> OwnershipMap:
+        """The map the router decides by: the membership's latest while its lease is valid; else
+        (evicted without knowing it yet, or cut off from Kafka) a map with no owner at all, so
+        every routed request is ``NotReady`` (503, clients retry) rather than served from state
+        another member may be changing, or forwarded on knowledge that is no longer current."""
+        latest = self.membership.map
+        if not latest.owners or self.membership.lease_valid():
+            return latest
+        with self._lock:
+            if self._fenced is None or self._fenced[0] is not latest:
+                self._fenced = (latest, OwnershipMap(latest.group, -1, latest.partitions, latest.self_url, {}))
+            return self._fenced[1]
+
+    def wait_joined(self, timeout: float) -> bool:
+        """Wait (bounded) for the first assignment; True once the member has had one."""
+        return self.membership.wait_joined(timeout)
+
+    def close(self) -> None:
+        """Leave the group (revoke everything first, then LeaveGroup); idempotent."""
+        self.membership.close()
+
+    def __enter__(self) -> ClusterMember:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class ClusterReadiness(Readiness):
+    """``/readyz`` of a member: in the group with a valid lease, and every owned partition caught
+    up (never latched: see the module docstring)."""
+
+    def __init__(self, member: ClusterMember) -> None:
+        super().__init__(member.engine, targets=[])
+        self.member = member
+
+    def check(self) -> NotReady | None:
+        m = self.member.membership
+        if m.map.generation < 0 or not m.lease_valid():
+            return NotReady(f"this member has not joined group {m.group!r} yet (or lost its lease); retry shortly")
+        engine = self.member.engine
+        catching = sorted(p for p in engine.owned if engine.partition_state(p) == "catching_up")
+        if catching:
+            lag = engine.stats().lag
+            shown = ", ".join(f"partition {p}: {lag[p]} records" for p in catching[:8])
+            return NotReady(f"catching up on the partitions just assigned ({shown} behind); retry shortly")
+        return None
+
+
+class ClusterCollector(Collector):
+    """``/metrics`` of a member: ``histlog_cluster_owned_partitions``, ``histlog_cluster_generation``,
+    ``histlog_cluster_lease_valid``, ``histlog_cluster_rebalances_total`` and
+    ``histlog_cluster_catch_up_remaining_records`` (on partitions still catching up)."""
+
+    def __init__(self, member: ClusterMember) -> None:
+        self.member = member
+
+    def collect(self) -> Iterator[Metric]:
+        m, engine = self.member.membership, self.member.engine
+        owned = engine.owned
+        yield GaugeMetricFamily("histlog_cluster_owned_partitions", "Partitions this member owns and serves",
+                                value=len(owned))
+        yield GaugeMetricFamily("histlog_cluster_generation", "The group generation of this member's map (-1: none)",
+                                value=m.map.generation)
+        yield GaugeMetricFamily("histlog_cluster_lease_valid", "1 while this member's heartbeat lease holds",
+                                value=1 if m.lease_valid() else 0)
+        rebalances = CounterMetricFamily("histlog_cluster_rebalances", "Assignments received from the group")
+        rebalances.add_metric([], m.rebalances)
+        yield rebalances
+        catching = [p for p in owned if engine.partition_state(p) == "catching_up"]
+        lag = engine.stats().lag if catching else []  # stats() asks the log: only when it tells something
+        remaining = sum(lag[p] for p in catching)
+        yield GaugeMetricFamily("histlog_cluster_catch_up_remaining_records",
+                                "Records still to apply on the partitions catching up", value=remaining)
