@@ -153,6 +153,8 @@ class Membership:
         self.heartbeat_interval = float(interval)
         self._lease_s = self.session_timeout - self.heartbeat_interval
         self._rebalance_lease_s = float(rebalance_timeout) - self.heartbeat_interval
+        self._stuck_after_s = float(rebalance_timeout) + self.session_timeout
+        self._joining_since: float | None = None
         self._close_timeout = float(close_timeout)
         self._on_assigned, self._on_revoked, self._on_change = on_assigned, on_revoked, on_change
 
@@ -160,6 +162,7 @@ class Membership:
         self._owned: Parts = frozenset()
         self._map = OwnershipMap(self.group, -1, 0, self.advertise, {})
         self._stray = 0
+        self._restarted_joins = 0
         self._stopping = threading.Event()
         self._closed = False
 
@@ -220,6 +223,12 @@ class Membership:
     def rebalances(self) -> int:
         """Assignments received so far (each completed JoinGroup/SyncGroup round counts one)."""
         return self._assignor.assignments
+
+    @property
+    def restarted_joins(self) -> int:
+        """Joins started again because one was stuck (``_unstick``): 0 in a healthy member."""
+        with self._lock:
+            return self._restarted_joins
 
     def lease_valid(self) -> bool:
         """True while Kafka cannot have taken this member's partitions away (the module docstring).
@@ -295,6 +304,7 @@ class Membership:
         valid again; publish the map. Leaving (``_leave``) does its own."""
         if self._stopping.is_set():
             return
+        self._unstick()
         if not self.lease_valid():
             if self._owned:
                 log.warning("group %s: lease expired (no heartbeat for %.1f s); revoking %s",
@@ -305,6 +315,31 @@ class Membership:
             if assigned - self._owned:
                 self._assign(assigned)
         self._publish()
+
+    def _unstick(self) -> None:
+        """Start the join again, as a new member, when one has been in flight for longer than the
+        broker could keep it (``rebalance_timeout`` plus a session). kafka-python 3.0.12 can leave
+        its join task waiting for good (a SyncGroup answered, the join never completed) and
+        re-awaits that same task at every ``poll``, so the member would never rejoin until
+        restarted. The lease has revoked everything by then; this only lets the member back in."""
+        state = self._consumer.group_metadata().state
+        if state == MemberState.STABLE:
+            self._joining_since = None
+            return
+        now = time.monotonic()
+        if self._joining_since is None:
+            self._joining_since = now
+            return
+        if now - self._joining_since < self._stuck_after_s:
+            return
+        log.warning("group %s: a join has been in flight for %.0f s; starting it again as a new member",
+                    self.group, now - self._joining_since)
+        coordinator = self._consumer._coordinator  # the join task lives only here
+        coordinator._join_task = None
+        coordinator.reset_generation()
+        with self._lock:
+            self._restarted_joins += 1
+        self._joining_since = now
 
     def _leave(self) -> None:
         with contextlib.suppress(Exception):
