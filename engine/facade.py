@@ -393,23 +393,22 @@ class HistoryEngine:
         """The same result as ``WindowReader(engine, limit).read(...)``, in O(limit). With
         ``before``, the window of the messages before that position (exclusive): what the
         middleware's ``retry``/``edit`` show the model, still O(limit)."""
-        c = ConversationID(conversation_id)
+        return self._reads.window(self._window_checked(conversation_id, limit, before), limit, before)
+
+    def _window_checked(self, conversation_id: str, limit: int, before: HistoryPosition | None) -> ConversationID:
+        """The checks of ``window`` and its canonical form, before any I/O: the conversation id."""
+        c: ConversationID = ConversationID(conversation_id)
         check_window(limit)
         check_cursors(None, before)
         self._check_open()
         self._serve(c)
-        return self._reads.window(c, limit, before)
+        return c
 
     def _window_canonical(self, conversation_id: str, limit: int, before: HistoryPosition | None = None
                           ) -> list[bytes]:
         """``window``'s messages as canonical JSON bytes, the same checks first (for the service,
         which sends them as stored instead of rebuilding each message to serialise it again)."""
-        c = ConversationID(conversation_id)
-        check_window(limit)
-        check_cursors(None, before)
-        self._check_open()
-        self._serve(c)
-        return self._reads.window_canonical(c, limit, before)
+        return self._reads.window_canonical(self._window_checked(conversation_id, limit, before), limit, before)
 
     def window_entries(self, conversation_id: str, limit: int) -> StoredWindow:
         """``window``'s messages with where they are stored: the merged system message, then the
