@@ -160,8 +160,8 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         first_seq, first_ord, positions = full.append(tx, conv, row, batch, event.created_at_ms)
     row.last_append = batch.append_id
     tx.put(keys.conv_key(conv), row.encode())
-    tx.put(keys.receipt_key(conv, append_id), keys.ReceiptRow(event.digest, position.partition, position.offset,
-                                                              first_seq, len(batch), first_ord).encode())
+    tx.put(keys.receipt_key(conv, append_id), keys.ReceiptRow.pack(event.digest, position.partition, position.offset,
+                                                                   first_seq, len(batch), first_ord))
     decision = Decision(Outcome.ACCEPTED, event.digest, position)
     if not want_event:
         return decision, None
