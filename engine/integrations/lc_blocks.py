@@ -83,6 +83,8 @@ def to_raw(value: Any, where: str) -> RawJSON:
 
 def exact_value(raw: RawJSON) -> Any:
     """The Python value of ``raw`` if it serialises back to exactly ``raw``, else ``MISSING``."""
+    if raw.startswith('"') and "\\" not in raw:  # a string without escapes (ids): itself, exactly
+        return str.__str__(raw)[1:-1]
     value = raw.value()
     return value if RawJSON.of(value) == raw else MISSING
 

@@ -319,8 +319,7 @@ def _tool_in(group: Sequence[ToolMessage], where: str) -> Message:
         items = _content_in(tm.content, at)
         if not all(isinstance(p, (TextPart, MediaPart)) for p in items):
             raise fail(at, "a tool result holds only text and media content")
-        output = build(at, ToolOutput, tuple(items), None)
-        if not isinstance(tm.content, str) and _tool_form(output) == "str":
+        if not isinstance(tm.content, str) and len(items) == 1 and _plain(items[0]):  # _tool_form's "str"
             if FORM in pmeta:
                 raise fail(at, f"metadata {FORM!r} given twice")
             pmeta[FORM] = RawJSON.of("blocks")
