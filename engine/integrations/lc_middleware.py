@@ -198,7 +198,8 @@ class HistlogMiddleware(AgentMiddleware[HistlogState, Any, Any]):
         turn = from_langchain(messages[start:])
         if len(turn) < 2 or turn[-1].role is not Role.ASSISTANT:
             return None, None, start  # the run ended without an answer (a tool returned directly): nothing to store
-        run_id = runtime.execution_info.run_id if runtime.execution_info is not None else None
+        info = getattr(runtime, "execution_info", None)  # langgraph >= 1.1; older: the user message id decides
+        run_id = getattr(info, "run_id", None)
         append_id = _run_append_id(run_id, messages[start].id)
         flow = append_flow(self._conversation_id(), ChatRequest(turn[:-1]), append_id)
         next(flow)  # ReadHistory: the window was read before the agent; nothing to read again

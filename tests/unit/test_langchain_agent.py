@@ -189,3 +189,14 @@ def test_async_retry_returns_the_stored_turn(engine: HistoryEngine) -> None:
     again = asyncio.run(run("second"))
     assert [m.text for m in again["messages"]] == ["hi", "first"]
     assert [m.text() for m in engine.read("c1")] == ["hi", "first"]
+
+
+def test_a_streamed_run_stores_once_it_has_finished(engine: HistoryEngine) -> None:
+    agent = create_agent(ToolCallingFake(tool_round("k1", 1, 2, "3")), [add], middleware=[HistlogMiddleware(engine)])
+    chunks = agent.stream({"messages": [{"role": "user", "content": "1+2?"}]},
+                          config={"configurable": {"thread_id": "c1"}}, stream_mode="updates")
+    first = next(chunks)
+    assert engine.read("c1") == []  # nothing is stored while the run is under way
+    rest = list(chunks)
+    assert first and rest
+    assert [m.role for m in engine.read("c1")] == ["user", "assistant", "tool", "assistant"]
