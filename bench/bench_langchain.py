@@ -20,7 +20,8 @@ for the disk) and ``never`` (the difference is the fsync).
 
 Measured on 2 shared cores while other work ran (3 ``--quick`` runs, p50): added per model step
 1.4-4.8 ms with fsync never (histlog's own 2.3-9.9 ms a run over the empty hooks' 4.1-7.3 ms
-run), 4.1-5.8 ms with fsync always (the append's disk wait). Taken apart on the same machine:
+run), 4.1-5.8 ms with fsync always (the append's disk wait); one full run (300 samples): 3.3 ms
+(never) and 4.7 ms (always) per step. Taken apart on the same machine:
 ``window(c, 20)`` ~0.35 ms, ``to_langchain`` of the 20-message window ~0.3 ms,
 ``from_langchain`` of a 20-message list ~0.7 ms (mostly histlog's own message validation), the
 append the rest. The lead re-measures on a quiet machine.
