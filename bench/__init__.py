@@ -7,7 +7,8 @@ schemas, codec, log, engine, reads (the read projections vs ``read()`` + Python)
 kafka (a real broker: ``HISTLOG_KAFKA`` or one started from the Maven Central jars with ``scripts/kafka``), and
 service (``histlog serve`` vs the same engine in process), frameworks (the service's two hot shapes on
 each HTTP framework and server present, against raw ASGI on uvicorn), forward (one hop between cluster
-members), and cluster (a member of a 3-member group vs a full replica: start-up catch-up, appends/s, the hop).
+members), cluster (a member of a 3-member group vs a full replica: start-up catch-up, appends/s, the hop),
+and langchain (``HistlogMiddleware``'s overhead per agent step vs the same ``create_agent`` agent without it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 __all__ = ["NAMES", "run_all"]
 
 NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
-         "forward", "cluster")
+         "forward", "cluster", "langchain")
 
 
 def run_all(argv: list[str] | None = None) -> int:
