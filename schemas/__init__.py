@@ -4,7 +4,7 @@ Everything here is validated on construction and immutable. The canonical JSON o
 (``docs/canonical-json.md``) is what the log stores and digests.
 """
 
-from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
+from schemas.batch import Batch, HistoryLoad, HistoryTurn, Located, Measure, Receipt, StoredMessage, TurnSource
 from schemas.canonical import FrozenDict, RawJSON, digest_of
 from schemas.chat import (
     ChatDelta,
@@ -98,6 +98,7 @@ __all__ = [
     "InvalidReceipt",
     "InvalidRequest",
     "InvalidWindow",
+    "Located",
     "LogPosition",
     "LogUnavailable",
     "Measure",
