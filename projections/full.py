@@ -23,7 +23,7 @@ from schemas.ids import MessageID
 from schemas.messages import Message, starts_turn
 from schemas.positions import HistoryPosition
 
-__all__ = ["Rows", "append", "clear", "latest_turn", "replace_latest_turn", "turn_id"]
+__all__ = ["Rows", "append", "clear", "latest_turn", "positions", "replace_latest_turn", "turn_id"]
 
 
 class Rows(Protocol):
@@ -40,17 +40,20 @@ _pack_source = keys.SourceRow.pack
 
 
 def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch,
-           created_at_ms: int) -> tuple[int, int, tuple[HistoryPosition, ...]]:
+           created_at_ms: int) -> tuple[int, int, list[int]]:
     """Store the batch's messages after the conversation's last visible one; update ``row`` in
     place. Per message: the full row (``M``), the turn-source row (``N``), the system index
-    (``S``) and, when it opens a turn, the turn index (``T``); per batch, the running sums before
-    each of its messages (``A``, keyed by its first ordinal). A 2-message turn writes 6 keys here.
+    (``S``), when it opens a turn, the turn index (``T``) and, when its metadata ``external_id``
+    is a JSON string, the external-id index (``X``); per batch, the running sums before each of
+    its messages (``A``, keyed by its first ordinal) and its time (``W``, keyed by time and first
+    ordinal: the time index of range reads). A 2-message turn writes 7 keys here.
 
-    Returns the first sequence number and the first ordinal assigned, and the messages' positions.
+    Returns the first sequence number and the first ordinal assigned, and the messages' turn
+    positions (``positions`` makes their ``HistoryPosition``s, for the events that need them).
     """
     first_seq = seq = row.next_seq
     first_ord = ord_ = row.messages
-    positions = []
+    turns_of: list[int] = []
     sums: list[int] = []
     aid = batch.append_id.encode("utf-8")
     m_prefix, n_prefix, s_prefix = keys.message_keys(conv)
@@ -79,7 +82,7 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch,
         if role == _SYSTEM:
             put(s_prefix + at, b"")
         sums += (content_total, turns - 1)
-        positions.append(HistoryPosition(turn, seq))
+        turns_of.append(turn)
         ord_ += 1
         content_total += size
         seq += 1
@@ -87,7 +90,13 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch,
     put(keys.time_key(conv, created_at_ms, first_ord), b"")
     row.turn, row.turns, row.content_bytes, row.messages, row.next_seq = turn, turns, content_total, ord_, seq
     row.last_ms = created_at_ms
-    return first_seq, first_ord, tuple(positions)
+    return first_seq, first_ord, turns_of
+
+
+def positions(first_seq: int, turns: list[int]) -> tuple[HistoryPosition, ...]:
+    """The positions of a batch's messages from ``append``'s first seq and turns (built only for
+    the events that carry them: a replay without subscribers never needs them)."""
+    return tuple(HistoryPosition(turn, first_seq + i) for i, turn in enumerate(turns))
 
 
 def external_of(metadata: Mapping[str, str]) -> bytes | None:
@@ -122,7 +131,7 @@ def latest_turn(tx: Rows, conv: bytes, row: keys.ConversationRow) -> tuple[str, 
 
 
 def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_ord: int, batch: Batch,
-                        reason: str, created_at_ms: int) -> tuple[int, int, range, tuple[HistoryPosition, ...]]:
+                        reason: str, created_at_ms: int) -> tuple[int, int, range, list[int]]:
     """Hide the latest visible turn (``first_ord`` to the last visible message) and append
     ``batch`` as the next turn, in ``tx``; update ``row``.
 
@@ -132,7 +141,7 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_or
     the new last message). The ``A`` rows of batches that start inside the turn are deleted; one
     that starts before it keeps its row, whose sums of the visible prefix stay exact, and the
     replacement's own row, at the turn's first ordinal, is the floor of every ordinal after.
-    Returns the replacement's first seq and ordinal, the hidden seqs and the replacement's positions.
+    Returns the replacement's first seq and ordinal, the hidden seqs and the replacement's turns.
     """
     first = tx.get(keys.message_key(conv, first_ord))
     assert first is not None  # Invariant: the latest turn's first message is visible.
@@ -162,11 +171,11 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_or
     row.messages, row.content_bytes, row.turns = first_ord, content_before, turns_before
     tx.delete(keys.turn_key(conv, row.turn))
     hidden = range(hidden_first_seq, row.next_seq)
-    first_seq, new_first_ord, positions = append(tx, conv, row, batch, created_at_ms)
+    first_seq, new_first_ord, turns = append(tx, conv, row, batch, created_at_ms)
     for ord_ in range(row.messages, old_count):  # the replacement is shorter than what it hid
         for key in _VISIBLE:
             tx.delete(key(conv, ord_))
-    return first_seq, new_first_ord, hidden, positions
+    return first_seq, new_first_ord, hidden, turns
 
 
 def _external_of_row(canonical: bytes) -> bytes | None:

@@ -271,6 +271,9 @@ class _Detached:
         raise StateUnavailable("this engine's state store is closed; open a new engine")
 
 
+_UNSET = object()
+
+
 class Tx:
     """One projector step: an overlay of pending writes over the store, committed atomically.
 
@@ -288,8 +291,9 @@ class Tx:
         self._deleted: list[tuple[bytes, bytes]] = []
 
     def get(self, key: bytes) -> bytes | None:
-        if key in self._pending:
-            return self._pending[key]
+        value = self._pending.get(key, _UNSET)
+        if value is not _UNSET:
+            return value  # type: ignore[return-value]
         for lower, upper in self._deleted:
             if lower <= key < upper:
                 return None
