@@ -453,6 +453,7 @@ def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None)
     event's by construction).
     """
     from schemas.batch import Batch  # here, not at import: the codec itself needs no message model
+    from schemas.messages import starts_turn
 
     if known is not None and known.canonical_json() == event.messages:
         batch = known
@@ -467,7 +468,7 @@ def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None)
     if len(batch) != event.message_count or batch.content_bytes() != event.content_bytes:
         reason = "message_count or content_bytes does not match the messages"
         raise CorruptLog(reason, reason=reason)
-    if isinstance(event, TurnReplaced) and batch.messages[0].role != "user":
-        reason = "a replacement turn must start with its user message"
+    if isinstance(event, TurnReplaced) and not starts_turn(batch.messages[0]):
+        reason = "a replacement turn must start with its user message (not internal feedback)"
         raise CorruptLog(reason, reason=reason)
     return batch

@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from engine import HistoryEngine
-from schemas import Batch, InvalidConversationID, InvalidWindow, Message, NotFound
+from engine import HistoryEngine, WindowReader
+from schemas import Batch, InvalidConversationID, InvalidWindow, Message, NotFound, WindowTooSmall
 from schemas.events import BatchAppended, encode_event
 from schemas.records import record_key
 from schemas.times import time_of
+from tests.conformance.turns_model import reference_window
 
 
 @pytest.fixture
@@ -123,3 +124,30 @@ def test_newest_first_pages_walk_back_to_the_start(engine: HistoryEngine) -> Non
     assert [i for p in pages for i in p] == [m.id for m in reversed(engine.entries("c"))]
     assert [len(p) for p in pages] == [4, 4, 4, 2]
     assert engine.entries("c", order="desc", since=datetime.now(UTC) + timedelta(days=1)) == []
+
+
+class _PlainReader:
+    """A reader with only ``read``: WindowReader applies its own turn rule to the messages."""
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+
+    def read(self, conversation_id: str) -> list[Message]:
+        return list(self.messages)
+
+
+def test_window_reader_keeps_internal_feedback_in_its_turn() -> None:
+    feedback = Message.user("try again", metadata={"internal_feedback": True})
+    history = [Message.system("be brief"), Message.user("q1"), Message.assistant("a1"),
+               Message.user("q2"), Message.assistant("draft"), feedback, Message.assistant("a2")]
+    for limit in range(1, 8):
+        try:
+            want = reference_window(history, limit)
+        except WindowTooSmall:
+            with pytest.raises(WindowTooSmall):
+                WindowReader(_PlainReader(history), limit).read("c")
+            continue
+        assert WindowReader(_PlainReader(history), limit).read("c") == want
+    assert WindowReader(_PlainReader(history), 5).read("c")[1:] == history[3:]  # not cut at the feedback
+    with pytest.raises(WindowTooSmall):
+        WindowReader(_PlainReader(history), 4).read("c")
