@@ -184,6 +184,7 @@ class Reads:
 
     def locate(self, conv: str, external_id: str, before: int, after: int) -> Located:
         """``navigation.locate``; ``NotFound`` when no visible message has that external id."""
+        conv = str(conv)
         opened = self._open(conv)
         found = None if opened is None else navigation.locate(opened.snap, opened.conv, opened.row.messages,
                                                               external_id, before, after)
