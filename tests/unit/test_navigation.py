@@ -151,3 +151,21 @@ def test_window_reader_keeps_internal_feedback_in_its_turn() -> None:
     assert WindowReader(_PlainReader(history), 5).read("c")[1:] == history[3:]  # not cut at the feedback
     with pytest.raises(WindowTooSmall):
         WindowReader(_PlainReader(history), 4).read("c")
+
+
+def test_hidden_messages_page_newest_first_and_by_time(engine: HistoryEngine) -> None:
+    for i in range(3):
+        engine.append(Batch("c", f"a{i}", [Message.user(f"q{i}"), Message.assistant(f"r{i}")]))
+        latest = engine.latest_turn("c")
+        assert latest is not None
+        engine.replace_turn(Batch("c", f"e{i}", [Message.user(f"q{i}!"), Message.assistant(f"r{i}!")]), latest.id,
+                            "edit")
+    every = engine.entries("c", include_hidden=True)
+    assert sum(m.hidden for m in every) == 6
+    for limit in (None, 1, 3, 7, 20):
+        assert engine.entries("c", include_hidden=True, order="desc", limit=limit) == every[::-1][:limit]
+        cut = every[5].position
+        assert engine.entries("c", include_hidden=True, order="desc", before=cut, limit=limit) == \
+            [m for m in every if m.position < cut][::-1][:limit]
+    t = every[4].created_at
+    assert engine.entries("c", include_hidden=True, since=t) == [m for m in every if m.created_at >= t]
