@@ -18,6 +18,20 @@ to start a broker from the Maven Central jars (``scripts/kafka``) for the run. C
   each against a raw producer measured just before it.
 * **replay**: N batches on the topic, then ``HistoryEngine.open`` with a fresh state
   directory (events/s) vs a raw consumer reading and decoding the same records.
+
+What it showed (issue 15; 2 cores shared with other work, load 6-11, so rates swing by 2x between
+runs while CPU per append moves by ~15%): at 64 writers the process is bound by its CPU under one
+interpreter lock, so the engine's rate against a raw producer follows the CPU-per-append ratio
+(about 400-450 µs vs 160-230 µs: 0.4-0.5x). Of the engine's CPU per append the writer threads
+take ~60% (validation, the admission pre-check, the ticket, two wake-ups), the projector ~23%
+(admission, the WriteBatch, handing out decisions), the producer's I/O thread ~11% and the
+consumer's I/O thread ~8%. The decision wait (writer's ack -> its receipt, ~12 ms p50) is
+GIL queueing, not a fetch that waits: ack -> polled ~4 ms (half a step plus the wait for the
+lock), the step ~2.7 ms (about 33 records, all that are in flight), committed -> woken ~5 ms
+(the woken writers queue for the lock behind each other). Running the cursor's network on the
+projector's thread (no consumer I/O thread) halved context switches at 1 writer but put the
+fetch's Python on the path between a commit and the writers' wake-up: slower at 64 writers
+(0.30x vs 0.50x, CPU 561 vs 404 µs in one full run), so it stays an experiment here.
 """
 
 from __future__ import annotations
