@@ -250,8 +250,9 @@ _NESTED: Final = {STORED: None}
 """The post-init context of a value inside a message: its rules run (``_check``); its canonical
 bytes are computed on first use, as ``Model.from_stored`` leaves them."""
 
-_slot: Final = {name: getattr(BaseModel, name).__set__ for name in
-                ("__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")}
+_slot: Final = {name: vars(BaseModel)[name].__set__ for name in
+                ("__dict__", "__pydantic_fields_set__", "__pydantic_extra__", "__pydantic_private__")}
+"""The setters of a model's four slots (what ``object.__setattr__`` finds, without the lookup)."""
 
 
 def _post_init(cls: type[Model]) -> Callable[[Any, Any], None] | None:
@@ -277,8 +278,8 @@ def _derive(cls: type[Model]) -> Callable[[Any], Any]:
             raise _Unsupported(f"{name}: declares {kind}")
     if cls.__private_attributes__ or "__get_pydantic_core_schema__" in vars(cls):
         raise _Unsupported(f"{name}: private attributes or its own core schema")
-    env: dict[str, Any] = {"D": _DEFER, "M": _DEFER, "new": object.__new__, "cls": cls,
-                           "sd": object.__setattr__, **{f"s{i}": f for i, f in enumerate(_slot.values())}}
+    env: dict[str, Any] = {"D": _DEFER, "M": object(), "new": object.__new__, "cls": cls,
+                           **{f"s{i}": f for i, f in enumerate(_slot.values())}}
     lines = ["def build(t):", "    if type(t) is not dict: raise D", "    n = len(t)", "    v = {}"]
     for i, (field, info) in enumerate(cls.model_fields.items()):
         where = f"{name}.{field}"
@@ -301,7 +302,7 @@ def _derive(cls: type[Model]) -> Callable[[Any], Any]:
         else:
             lines += [f"        v[{field!r}] = c{i}(x)"]
     lines += ["    if n: raise D",  # an unknown member
-              "    o = new(cls)", "    sd(o, '__dict__', v)", "    s0(o, set(t))", "    s1(o, None)", "    s2(o, {})"]
+              "    o = new(cls)", "    s0(o, v)", "    s1(o, set(t))", "    s2(o, None)", "    s3(o, {})"]
     post = _post_init(cls)
     if post is not None and cls is not Message:
         env["post"], env["nested"] = post, _NESTED
