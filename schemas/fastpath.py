@@ -39,6 +39,7 @@ import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 import orjson
@@ -53,7 +54,7 @@ from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message
 from schemas.model import STORED, Model, Rule
 
-__all__ = ["SUPPORTED", "UNSUPPORTED", "fast_batch", "fast_message"]
+__all__ = ["SUPPORTED", "UNSUPPORTED", "fast_batch"]
 
 Check = Callable[[Any], Any]
 """A parsed JSON value -> the field's validated value; raises (anything) when it is not one."""
@@ -246,7 +247,7 @@ _VALIDATION_DECORATORS: Final = ("validators", "field_validators", "root_validat
                                  "field_serializers", "model_serializers", "computed_fields")
 _BASE_POST_INIT: Final = inspect.unwrap(Model.model_post_init)
 _BASE_CHECK: Final = Model._check
-_NESTED: Final = {STORED: None}
+_NESTED: Final = MappingProxyType({STORED: None})
 """The post-init context of a value inside a message: its rules run (``_check``); its canonical
 bytes are computed on first use, as ``Model.from_stored`` leaves them."""
 
@@ -336,27 +337,6 @@ SUPPORTED: Final[frozenset[type[Model]]] = frozenset(_BUILDERS)
 """The model classes built here (reached from ``Message``); every other one defers."""
 _BUILD_MESSAGE: Final = _BUILDERS.get(Message)
 _MESSAGE_POST: Final = _post_init(Message)
-
-
-def _message(tree: Any) -> Message:
-    """A message from its parsed JSON: built and checked, its canonical bytes written from its
-    fields by the canonical writer, then its own post-init step with those bytes as stored."""
-    assert _BUILD_MESSAGE is not None and _MESSAGE_POST is not None  # Invariant: checked by the callers.
-    message: Message = _BUILD_MESSAGE(tree)
-    _MESSAGE_POST(message, {STORED: _dump_checked(message._fresh_tree(), "")})
-    return message
-
-
-def fast_message(data: bytes) -> Message | None:
-    """The ``Message`` whose canonical JSON is exactly ``data``, or ``None`` (not sure: use
-    ``Message.from_canonical``)."""
-    if _BUILD_MESSAGE is None or _MESSAGE_POST is None:
-        return None
-    try:
-        message = _message(orjson.loads(data))
-    except Exception:  # any doubt at all defers to the full model
-        return None
-    return message if message.canonical_json() == data else None
 
 
 def fast_batch(conversation_id: ConversationID, append_id: AppendID, data: bytes) -> Batch | None:
