@@ -8,7 +8,8 @@ For batches of 2 and 20 messages:
 * event_batch fast / full: what replay and catch-up do per record with a decoded event (digest,
   validation of the messages, counts), over distinct records: the exact fast path
   (``schemas/fastpath.py``) vs the full model (``fast=False``), passes interleaved so both see
-  the same machine load, in CPU time;
+  the same machine load, in CPU time (shared 2-core machine, 3 quick runs: 2 messages
+  16.0-16.4 vs 20.2-22.8 us, 20 messages 241-266 vs 265-292 us);
 * baseline: ``json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()`` + SHA-256 of the
   same data as plain dicts.
 
