@@ -346,6 +346,7 @@ def test_examples_of_each_class_of_poison_agree() -> None:
         b"[" + good.replace(b'"n":1', b'"n":1.0e0') + b"]": "accepted",  # kept spelling: the full model
         b"[" + good.replace(b'"role":"tool"', b'"role":"user"') + b"]": "corrupt",  # kind not allowed
         b"[" + good + b"," + good + b"]": "accepted",
+        b"[" + Message.user("stop", metadata={"interrupted": True}).canonical_json() + b"]": "accepted",  # a flag row
         b"[" + good + b"] ": "corrupt",
         b"[ " + good + b"]": "corrupt",
     }
