@@ -41,6 +41,7 @@ from engine.cluster.membership import DEFAULT_SESSION_TIMEOUT, Membership
 from engine.cluster.ownership import OwnershipMap
 from engine.facade import HistoryEngine
 from engine.service.health import Readiness
+from engine.service.metrics import StatsProbe
 from schemas.errors import NotReady
 
 __all__ = ["ClusterCollector", "ClusterMember", "ClusterReadiness"]
@@ -132,8 +133,9 @@ class ClusterCollector(Collector):
     ``histlog_cluster_lease_valid``, ``histlog_cluster_rebalances_total`` and
     ``histlog_cluster_catch_up_remaining_records`` (on partitions still catching up)."""
 
-    def __init__(self, member: ClusterMember) -> None:
+    def __init__(self, member: ClusterMember, probe: StatsProbe | None = None) -> None:
         self.member = member
+        self.probe = probe
 
     def collect(self) -> Iterator[Metric]:
         m, engine = self.member.membership, self.member.engine
@@ -148,7 +150,15 @@ class ClusterCollector(Collector):
         rebalances.add_metric([], m.rebalances)
         yield rebalances
         catching = [p for p in owned if engine.partition_state(p) == "catching_up"]
-        lag = engine.stats().lag if catching else []  # stats() asks the log: only when it tells something
-        remaining = sum(lag[p] for p in catching)
+        lag = self._lag() if catching else []
+        remaining = sum(lag[p] for p in catching if p < len(lag))
         yield GaugeMetricFamily("histlog_cluster_catch_up_remaining_records",
                                 "Records still to apply on the partitions catching up", value=remaining)
+
+    def _lag(self) -> list[int]:
+        """The lag of this scrape's reading (``ServiceMetrics.probe``, read just before: never a
+        wait on the log; empty before its first reading); without a probe, ``stats()`` itself."""
+        if self.probe is None:
+            return self.member.engine.stats().lag
+        s = self.probe.latest().stats
+        return [] if s is None else s.lag
