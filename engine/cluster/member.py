@@ -9,6 +9,10 @@ What ``ClusterMember`` promises:
   ``engine.revoke`` (its calls fail with ``NotOwner`` from the moment it begins; it returns once
   the projector no longer applies the partition). Revoked state is kept (``drop=False``): a
   partition that comes back resumes from its checkpoint instead of replaying from offset 0.
+  And it comes back by preference: the member tells the group which partitions it holds state
+  for (``held``: the checkpoints it opened with, and every partition assigned since), and the
+  leader moves those to it when balance moves partitions at all (``assignor.prefer_state``); a
+  member restarted after its session expired gets back the partitions whose state it kept.
   Both callbacks run on kafka-python's IO thread and return promptly (``assign`` returns at
   once; ``revoke`` waits only for the projector's step in progress). After a revoke the
   ``on_revoked`` listeners run (the server ends the event streams of those partitions, so each
@@ -58,16 +62,31 @@ class ClusterMember:
         """Called (IO thread, after the engine stopped serving them) with the partitions given up:
         e.g. the event hub ends their streams so clients reconnect to the new owner."""
         self._lock = threading.Lock()
+        # The checkpoints this engine opened with (its kept state; the broker answers here, or the
+        # membership could not join either), then every partition assigned since: never a log
+        # call at join time, when kafka-python asks for them.
+        opened = engine.stats().applied_offsets
+        self._held: dict[int, int] = {p: o for p, o in enumerate(opened) if o > 0}
         # rebalance_timeout = session_timeout: a member stuck in a join (see Membership.lease_valid)
         # stops serving as soon as a frozen one would, not 30 s later.
         self.membership = Membership(bootstrap, topic, group, advertise, session_timeout=session_timeout,
                                      rebalance_timeout=session_timeout,
                                      on_assigned=self._assigned, on_revoked=self._revoked,
-                                     instance_id=instance_id, client_id=f"histlog-member-{group}")
+                                     instance_id=instance_id, client_id=f"histlog-member-{group}",
+                                     held=self.held)
 
     # -- the callbacks (kafka-python's IO thread, one at a time) ----------------------------------
     def _assigned(self, parts: frozenset[int]) -> None:
+        with self._lock:
+            for p in parts:
+                self._held.setdefault(p, 0)  # state from now on; its checkpoint unknown without a log call
         self.engine.assign(parts)
+
+    def held(self) -> dict[int, int]:
+        """Partition -> checkpoint (as opened; 0 if taken on since) of the partitions whose state
+        this member keeps: what it tells the group at each join (``Membership(held=...)``)."""
+        with self._lock:
+            return dict(self._held)
 
     def _revoked(self, parts: frozenset[int]) -> None:
         self.engine.revoke(parts, drop=False)
