@@ -30,9 +30,9 @@ ended in a 500. So one background thread per app reads ``stats()``; a scrape ask
 reading and waits at most ``STATS_WAIT_S``; otherwise it shows the last reading that succeeded,
 with ``histlog_log_reachable 0`` and its age in ``histlog_engine_stats_age_seconds`` (every
 engine metric above comes from that one reading). However many scrapes wait, there is one
-reader: a read blocked on the broker is not repeated until it returns, and each waiting scrape
-holds its thread for ``STATS_WAIT_S`` at most. The reader exits after ``_IDLE_S`` without a
-scrape (started again by the next).
+reader: a read blocked on the broker is not repeated until it returns, and a waiting scrape
+holds no thread (it waits on the event loop, ``StatsProbe.aread``). The reader exits after
+``_IDLE_S`` without a scrape (started again by the next).
 
 **Lag in seconds** is derived from the scrapes themselves: each scrape notes when it first saw
 each partition's end offset; the lag is the age of the oldest noted end offset the projector has
@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import contextvars
 import logging
 import re
 import threading
@@ -103,20 +105,46 @@ class StatsProbe:
         self._last: EngineStats | None = None
         self._last_at = float("-inf")
         self._reader: threading.Thread | None = None
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.reads = 0
         """``stats()`` calls made so far (one per burst of scrapes, never one per scrape waiting)."""
 
     def read(self) -> StatsReading:
-        """A fresh reading if the log answers within ``wait_s``, else the last one (not fresh)."""
+        """A fresh reading if the log answers within ``wait_s``, else the last one (not fresh).
+        Blocks the calling thread up to ``wait_s``; on an event loop use ``aread``."""
         with self._cond:
-            self._asked += 1
-            ticket = self._asked
-            if self._reader is None:
-                self._reader = threading.Thread(target=self._run, name="histlog-metrics-stats", daemon=True)
-                self._reader.start()
-            self._cond.notify_all()
+            ticket = self._ask()
             answered = self._cond.wait_for(lambda: self._answered >= ticket, self.wait_s)
             return self._reading(answered and self._answer_ok)
+
+    async def aread(self) -> StatsReading:
+        """``read`` for a coroutine: it waits on the loop, holding no thread (so scrapes, however
+        many, never take the worker threads the server's other requests need)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        with self._cond:
+            ticket = self._ask()
+            waiter = (ticket, loop, done)
+            self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(done, self.wait_s)
+        except TimeoutError:
+            pass
+        finally:
+            with self._cond:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        with self._cond:
+            return self._reading(self._answered >= ticket and self._answer_ok)
+
+    def _ask(self) -> int:
+        """A new ticket (under ``_cond``), and the reader started if it is not running."""
+        self._asked += 1
+        if self._reader is None:
+            self._reader = threading.Thread(target=self._run, name="histlog-metrics-stats", daemon=True)
+            self._reader.start()
+        self._cond.notify_all()
+        return self._asked
 
     def latest(self) -> StatsReading:
         """The last reading, without asking for a new one (never blocks on the log)."""
@@ -145,6 +173,21 @@ class StatsProbe:
                     self._last, self._last_at = stats, time.monotonic()
                 self._answered, self._answer_ok = ticket, stats is not None
                 self._cond.notify_all()
+                ready = [(loop, done) for t, loop, done in self._waiters if t <= ticket]
+            for loop, done in ready:
+                with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
+                    loop.call_soon_threadsafe(_wake, done)
+
+
+def _wake(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+#: The reading a scrape already waited for (``ServiceMetrics.endpoint``), so ``EngineCollector``
+#: shows it instead of asking again (``asyncio.to_thread`` carries it to the rendering thread).
+_SCRAPE_READING: contextvars.ContextVar[StatsReading | None] = contextvars.ContextVar("histlog_scrape_reading",
+                                                                                      default=None)
 
 
 class EngineCollector(Collector):
@@ -158,7 +201,7 @@ class EngineCollector(Collector):
         self._seen: dict[int, collections.deque[tuple[int, float]]] = {}
 
     def collect(self) -> Iterator[Metric]:
-        reading = self.probe.read()
+        reading = _SCRAPE_READING.get() or self.probe.read()
         yield GaugeMetricFamily("histlog_log_reachable", "1 when this scrape read the log's end offsets within "
                                 f"{self.probe.wait_s:g} s; 0: the engine metrics are from an older reading",
                                 value=1 if reading.fresh else 0)
@@ -321,8 +364,14 @@ class ServiceMetrics:
         return [Route("/metrics", self.endpoint, methods=["GET"], name="metrics")]
 
     async def endpoint(self, request: Request) -> Response:
-        # Off the loop: the scrape may wait for the probe's reading (STATS_WAIT_S at most).
-        return Response(await asyncio.to_thread(self.scrape), media_type=CONTENT_TYPE_LATEST)
+        # The wait for the engine's numbers is on the loop (STATS_WAIT_S at most, no thread held);
+        # the rendering, which no longer waits on the log, off it.
+        token = _SCRAPE_READING.set(await self.probe.aread())
+        try:
+            body = await asyncio.to_thread(self.scrape)
+        finally:
+            _SCRAPE_READING.reset(token)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     def scrape(self) -> bytes:
         """The Prometheus text exposition of every metric (at most one engine ``stats()``, waited

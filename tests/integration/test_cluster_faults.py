@@ -285,8 +285,10 @@ def test_metrics_answer_within_a_bound_with_the_broker_down(spawn: Spawn, kafka_
         for answers in rounds:
             for status, took, samples in answers:
                 assert status == 200, "a scrape failed with the broker down"
-                assert took < STATS_WAIT_S + 2.0, f"a scrape took {took:.1f} s with the broker down"
+                assert took < STATS_WAIT_S + 1.0, f"a scrape took {took:.1f} s with the broker down"
                 assert samples["histlog_log_reachable"] == 0
+        slowest = max(took for answers in rounds for _, took, _ in answers)
+        print(f"\nbroker down: {SCRAPES * len(rounds)} scrapes, each answered 200 within {slowest:.2f} s")
         last = rounds[-1][-1][2]
         assert last["histlog_engine_stats_age_seconds"] >= 1.0, last  # the reading from before the outage
         assert "histlog_cluster_owned_partitions" in last  # the member's own gauges too (0 once its lease lapsed)

@@ -5,6 +5,7 @@ is ``tests/integration/test_cluster_faults.py::test_metrics_answer_within_a_boun
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -74,3 +75,35 @@ def test_before_any_reading_there_is_no_stats_and_the_reader_exits_when_idle() -
     assert probe._reader is None  # idle: no thread left behind
     log.down.clear()
     assert probe.read().fresh  # started again by the next scrape
+
+
+def test_scrapes_on_the_event_loop_wait_there_holding_no_thread() -> None:
+    log = Log()
+    probe = StatsProbe(log.stats, wait_s=0.3)
+    assert probe.read().fresh
+    log.down.set()
+    peak: list[int] = []
+
+    async def scrapes() -> list[StatsReading]:
+        async def one() -> StatsReading:
+            return await probe.aread()
+
+        tasks = [asyncio.ensure_future(one()) for _ in range(50)]
+        await asyncio.sleep(0.1)  # all 50 waiting now
+        peak.append(threading.active_count())
+        return await asyncio.gather(*tasks)
+
+    before = threading.active_count()
+    try:
+        started = time.monotonic()
+        answers = asyncio.run(scrapes())
+        took = time.monotonic() - started
+    finally:
+        log.up.set()
+    assert all(not a.fresh and a.stats == STATS for a in answers)
+    assert peak == [before] and took < 0.3 * 50 / 10  # 50 waits on the loop, together, no thread each
+    deadline = time.monotonic() + 10
+    while probe.reads < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    log.down.clear()
+    assert asyncio.run(probe.aread()).fresh  # woken by the reader once the log answers
