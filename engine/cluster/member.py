@@ -133,6 +133,9 @@ class ClusterReadiness(Readiness):
     def __init__(self, member: ClusterMember) -> None:
         super().__init__(member.engine, targets=[])
         self.member = member
+        self.probe: StatsProbe | None = None
+        """Where the lag shown in the answer comes from once the server has its metrics
+        (``ServiceMetrics.probe``: never a wait on the log); without it, ``stats()``."""
 
     def check(self) -> NotReady | None:
         m = self.member.membership
@@ -141,8 +144,12 @@ class ClusterReadiness(Readiness):
         engine = self.member.engine
         catching = sorted(p for p in engine.owned if engine.partition_state(p) == "catching_up")
         if catching:
-            lag = engine.stats().lag
-            shown = ", ".join(f"partition {p}: {lag[p]} records" for p in catching[:8])
+            if self.probe is None:
+                lag = engine.stats().lag
+            else:
+                reading = self.probe.read()
+                lag = reading.stats.lag if reading.stats is not None else []
+            shown = ", ".join(f"partition {p}: {lag[p] if p < len(lag) else '?'} records" for p in catching[:8])
             return NotReady(f"catching up on the partitions just assigned ({shown} behind); retry shortly")
         return None
 
