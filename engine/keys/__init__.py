@@ -27,7 +27,9 @@ Wiring plan (the next slice; nothing here is called by the engine yet):
 
 from engine.keys.base import KeyStore
 from engine.keys.files import FileKeyStore
+from engine.keys.kafka import KafkaKeyStore
+from engine.keys.kafka_topic import keys_topic_of
 from engine.keys.master import ENV_MASTER_KEY_FILE, MasterKey, load_master_key, master_key_from, write_master_key
 
-__all__ = ["ENV_MASTER_KEY_FILE", "FileKeyStore", "KeyStore", "MasterKey", "load_master_key",
-           "master_key_from", "write_master_key"]
+__all__ = ["ENV_MASTER_KEY_FILE", "FileKeyStore", "KafkaKeyStore", "KeyStore", "MasterKey", "keys_topic_of",
+           "load_master_key", "master_key_from", "write_master_key"]

@@ -10,7 +10,10 @@ tests/integration/test_kafka_keys.py run the same cases):
   reads its own write back before answering). It returns only once the key is durable (fsynced;
   acknowledged by all in-sync Kafka replicas), so content sealed under it can be appended.
   ``KeyErased`` once ``c`` was destroyed: an erased conversation never gets a key again.
-* ``get(c, key_id)`` the key, after catching up with the store when it is not known locally;
+* ``get(c, key_id)`` the key, after catching up with the store when it is not known locally (a
+  known key is answered from memory: an instance that has not yet caught up with another's
+  ``destroy`` may still return it; every instance calls ``destroy`` itself when it applies the
+  log's ``ConversationCleared``, which catches up, so all end in the same state);
   ``KeyErased`` when ``c`` was destroyed (the content is erased on purpose); ``KeyStoreDamaged``
   when ``c`` was never destroyed and still has no such key (a lost or foreign key store: an
   erasure must never be inferred from a missing key).
