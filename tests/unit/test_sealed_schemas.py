@@ -90,3 +90,9 @@ def test_new_fingerprints_differ_and_todays_reader_reports_them_as_poison() -> N
                        "sealed": {"key_id": s.key_id, "nonce": s.nonce, "ciphertext": s.ciphertext, "mac": s.mac}})
     with pytest.raises(CorruptLog, match="unknown schema fingerprint"):
         decode_event(MAGIC + schema_fingerprint(v3) + body)
+
+
+def test_the_documented_fingerprints_are_the_files() -> None:
+    doc = (DIR.parent / "docs" / "erasure.md").read_text(encoding="utf-8")
+    for name in ("batch_appended.v3.avsc", "turn_replaced.v2.avsc"):
+        assert f"`schemas/{name}`, fingerprint `{schema_fingerprint(_schema(name)).hex()}`" in doc
