@@ -100,8 +100,13 @@ class KafkaKeyStore:
             raise _translate(exc, what, bootstrap=self._bootstrap, topic=self._topic,
                              timeout=self._timeout_ms / 1000) from exc
 
-    def _apply(self, raw_key: bytes, value: bytes | None, offset: int) -> None:
-        conv, key_id = split_record_key(raw_key)
+    def _apply(self, raw_key: bytes | None, value: bytes | None, offset: int) -> None:
+        try:
+            conv, key_id = split_record_key(raw_key or b"")
+        except (ValueError, UnicodeDecodeError):
+            raise KeyStoreDamaged(f"the record at {self._topic}@{offset} has no histlog key-store record key "
+                                  "(conversation id 0x1F key id): something else writes to the keys topic",
+                                  where=f"{self._topic}@{offset}") from None
         if value is None:  # a tombstone: a destroyed key, or a void one tidied up
             self._records.get(conv, set()).discard(key_id)
             if conv in self._keys:

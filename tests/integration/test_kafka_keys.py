@@ -198,3 +198,15 @@ def test_the_first_key_record_wins_for_every_reader(kafka_bootstrap: str, keys_t
     with stores(kafka_bootstrap, keys_topic, 2) as [a, b]:
         assert a.create("c") == b.create("c") == first
         assert b.get("c", second.key_id) == second  # still readable: content sealed under it opens
+
+
+def test_a_foreign_record_is_damage(kafka_bootstrap: str, keys_topic: str) -> None:
+    with stores(kafka_bootstrap, keys_topic, 1):
+        pass
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all")
+    try:
+        producer.send(keys_topic, key=b"no separator", value=b"junk", partition=0).get(timeout=30)
+    finally:
+        producer.close()
+    with pytest.raises(KeyStoreDamaged, match="something else writes"):
+        KafkaKeyStore(kafka_bootstrap, keys_topic, timeout_ms=15_000)
