@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Final
 
 from engine.keys.master import MasterKey
-from engine.keys.record import FRAME_HEADER, KeyRecord, decode_record, encode_record, frame, unframe
+from engine.keys.record import FRAME_HEADER, MAX_FRAME, KeyRecord, decode_record, encode_record, frame, unframe
 from schemas.errors import KeyErased, KeyStoreDamaged, StateUnavailable
 from schemas.sealed import DataKey
 
@@ -98,8 +98,14 @@ class FileKeyStore:
         while pos < len(buf):
             body, end = unframe(buf, pos)
             if body is None:
-                claimed = int.from_bytes(buf[pos:pos + 4], "big") if len(buf) - pos >= 4 else 0
-                if pos + FRAME_HEADER + claimed < len(buf) and len(buf) - pos >= FRAME_HEADER:
+                # A torn tail is what one interrupted create leaves: at most one frame, reaching the
+                # end, with no whole frame inside it. Anything else (a damaged length field
+                # included) is damage, never truncated.
+                rest = len(buf) - pos
+                claimed = int.from_bytes(buf[pos:pos + 4], "big") if rest >= 4 else 0
+                torn = rest < FRAME_HEADER or (pos + FRAME_HEADER + claimed >= len(buf) and rest <= MAX_FRAME
+                                               and not any(unframe(buf, q)[0] for q in range(pos + 1, len(buf))))
+                if not torn:
                     raise KeyStoreDamaged(f"key store file {path} has a damaged record at byte {pos} followed by "
                                           "more records; restore path/keys from a backup", where=f"{path}@{pos}")
                 log.warning("key store %s: truncating a torn tail at byte %d of %d (a create that never "

@@ -26,15 +26,19 @@ import crc32c
 
 from engine.keys.master import WRAPPED_BYTES, MasterKey
 from schemas.errors import KeyStoreDamaged
+from schemas.ids import MAX_ID_BYTES
 from schemas.sealed import KEY_ID_LENGTH, SECRET_BYTES, DataKey, key_id_problem
 
-__all__ = ["FRAME_HEADER", "KeyRecord", "decode_record", "encode_record", "frame", "record_key",
+__all__ = ["FRAME_HEADER", "MAX_FRAME", "KeyRecord", "decode_record", "encode_record", "frame", "record_key",
            "split_record_key", "unframe"]
 
 _MAGIC: Final = b"HLK1"
 _KEY: Final = 1
 _ERASED: Final = 2
 FRAME_HEADER: Final = 8
+MAX_FRAME: Final = FRAME_HEADER + 4 + 1 + 2 + MAX_ID_BYTES + KEY_ID_LENGTH + 1 + 8 + WRAPPED_BYTES
+"""The largest frame (a wrapped key of a conversation id of the longest length): a torn tail,
+what one interrupted create leaves, is never longer."""
 _SEP: Final = b"\x1f"
 
 
