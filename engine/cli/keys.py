@@ -20,6 +20,6 @@ __all__ = ["cmd_keygen"]
 def cmd_keygen(ns: argparse.Namespace, out: TextIO) -> int:
     path = Path(ns.file)
     key = write_master_key(path)
-    print(f"wrote master key {key.key_id.hex()} to {path} (mode 0600); back it up apart from the data, "
-          f"and open with master_key_file={str(path)!r} or {ENV_MASTER_KEY_FILE}={path}", file=out)
+    print(f"wrote master key {key.key_id.hex()} to {path} (mode 0600); back it up apart from the data; "
+          f"key stores load it from {ENV_MASTER_KEY_FILE}={path} (docs/erasure.md)", file=out)
     return OK

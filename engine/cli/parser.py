@@ -184,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("keygen", cmd_keygen, "write a new master key file (mode 0600, never overwrites)",
                 "Write FILE with a new random 32-byte master key (mode 0600; refused if FILE exists) and print "
-                "its id. Open with master_key_file=FILE or HISTLOG_MASTER_KEY_FILE=FILE to wrap the data keys "
-                "of sealed content at rest. Back the file up apart from the data: without it the keys it "
+                "its id. It wraps the data keys of sealed content at rest (engine.keys; the engine does not "
+                "seal content yet: docs/erasure.md, Status). Back the file up apart from the data: without it the keys it "
                 "wraps, and so the history, cannot be read.")
     p.add_argument("file", metavar="FILE")
 
