@@ -154,18 +154,19 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     if isinstance(event, TurnReplaced):
         latest = full.latest_turn(tx, conv, row)
         assert latest is not None  # Invariant: precheck refuses a replacement without a latest turn.
-        first_seq, first_ord, hidden, positions = full.replace_latest_turn(tx, conv, row, latest[1], batch,
-                                                                           event.reason, event.created_at_ms)
+        first_seq, first_ord, hidden, turns = full.replace_latest_turn(tx, conv, row, latest[1], batch,
+                                                                       event.reason, event.created_at_ms)
     else:
-        first_seq, first_ord, positions = full.append(tx, conv, row, batch, event.created_at_ms)
+        first_seq, first_ord, turns = full.append(tx, conv, row, batch, event.created_at_ms)
     row.last_append = batch.append_id
     tx.put(keys.conv_key(conv), row.encode())
-    tx.put(keys.receipt_key(conv, append_id), keys.ReceiptRow(event.digest, position.partition, position.offset,
-                                                              first_seq, len(batch), first_ord).encode())
+    tx.put(keys.receipt_key(conv, append_id), keys.ReceiptRow.pack(event.digest, position.partition, position.offset,
+                                                                   first_seq, len(batch), first_ord))
     decision = Decision(Outcome.ACCEPTED, event.digest, position)
     if not want_event:
         return decision, None
     created = time_of(event.created_at_ms)
+    positions = full.positions(first_seq, turns)
     if isinstance(event, TurnReplaced):
         return decision, TurnReplacedEvent(conversation_id, event.old_turn_id, event.reason, batch.append_id,
                                            batch.messages, event.digest, position, created, first_seq, hidden,

@@ -18,7 +18,7 @@ from schemas.batch import Batch
 from schemas.ids import MessageID
 from schemas.positions import HistoryPosition
 
-__all__ = ["Rows", "append", "clear", "latest_turn", "replace_latest_turn", "turn_id"]
+__all__ = ["Rows", "append", "clear", "latest_turn", "positions", "replace_latest_turn", "turn_id"]
 
 
 class Rows(Protocol):
@@ -28,45 +28,60 @@ class Rows(Protocol):
 
 _USER = keys.ROLE_CODES["user"]
 _SYSTEM = keys.ROLE_CODES["system"]
-_VISIBLE = (keys.message_key, keys.source_key, keys.aggregate_key)
+_ROLE_CODES = keys.ROLE_CODES
+_u64 = keys.u64
+_pack_message = keys.MessageRow.pack
+_pack_source = keys.SourceRow.pack
 
 
 def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch,
-           created_at_ms: int) -> tuple[int, int, tuple[HistoryPosition, ...]]:
+           created_at_ms: int) -> tuple[int, int, list[int]]:
     """Store the batch's messages after the conversation's last visible one; update ``row`` in
-    place. Per message: the full row (``M``), the turn-source row (``N``), the running sums before
-    it (``A``), the system index (``S``) and, when it opens a turn, the turn index (``T``).
+    place. Per message: the full row (``M``), the turn-source row (``N``), the system index
+    (``S``) and, when it opens a turn, the turn index (``T``); per batch, the running sums before
+    each of its messages (``A``, keyed by its first ordinal). A 2-message turn writes 6 keys here.
 
-    Returns the first sequence number and the first ordinal assigned, and the messages' positions.
+    Returns the first sequence number and the first ordinal assigned, and the messages' turn
+    positions (``positions`` makes their ``HistoryPosition``s, for the events that need them).
     """
     first_seq = seq = row.next_seq
-    first_ord = row.messages
-    positions = []
+    first_ord = ord_ = row.messages
+    turns_of: list[int] = []
+    sums: list[int] = []
     aid = batch.append_id.encode("utf-8")
+    m_prefix, n_prefix, s_prefix = keys.message_keys(conv)
+    turn, turns, content_total = row.turn, row.turns, row.content_bytes
+    put = tx.put
     for index, message in enumerate(batch.messages):
-        ord_ = row.messages
-        role = keys.ROLE_CODES[message.role]
+        role = _ROLE_CODES[message.role]
         if role == _USER:
-            row.turn += 1
+            turn += 1
         if role == _USER or ord_ == 0:  # the first message of a turn position
-            row.turns += 1
-            tx.put(keys.turn_key(conv, row.turn), keys.turn_value(seq, ord_))
+            turns += 1
+            put(keys.turn_key(conv, turn), keys.turn_value(seq, ord_))
         flags = keys.FLAG_INTERRUPTED if message.metadata.get("interrupted") == "true" else 0
-        content = message.content_json()
+        canonical = message.canonical_json()
+        content = message.content_json()  # without metadata: ``canonical`` itself, no copy
         size = len(content)
-        tx.put(keys.message_key(conv, ord_), keys.MessageRow.pack(
-            row.turn, seq, created_at_ms, index, role, flags, size, aid, message.canonical_json()))
-        tx.put(keys.source_key(conv, ord_), keys.SourceRow.pack(
-            row.turn, created_at_ms, index, role, flags, aid, content))
-        tx.put(keys.aggregate_key(conv, ord_), keys.AggregateRow.pack(ord_, row.content_bytes, row.turns - 1))
+        at = _u64(ord_)
+        put(m_prefix + at, _pack_message(turn, seq, created_at_ms, index, role, flags, size, aid, canonical))
+        put(n_prefix + at, _pack_source(turn, created_at_ms, index, role, flags, aid, content))
         if role == _SYSTEM:
-            tx.put(keys.system_key(conv, ord_), b"")
-        positions.append(HistoryPosition(row.turn, seq))
-        row.messages += 1
-        row.content_bytes += size
+            put(s_prefix + at, b"")
+        sums += (content_total, turns - 1)
+        turns_of.append(turn)
+        ord_ += 1
+        content_total += size
         seq += 1
-    row.next_seq = seq
-    return first_seq, first_ord, tuple(positions)
+    put(keys.aggregate_key(conv, first_ord), keys.AggregateRow.pack(sums))
+    row.turn, row.turns, row.content_bytes, row.messages, row.next_seq = turn, turns, content_total, ord_, seq
+    return first_seq, first_ord, turns_of
+
+
+def positions(first_seq: int, turns: list[int]) -> tuple[HistoryPosition, ...]:
+    """The positions of a batch's messages from ``append``'s first seq and turns (built only for
+    the events that carry them: a replay without subscribers never needs them)."""
+    return tuple(HistoryPosition(turn, first_seq + i) for i, turn in enumerate(turns))
 
 
 def turn_id(append_id: str, index: int) -> str:
@@ -92,38 +107,50 @@ def latest_turn(tx: Rows, conv: bytes, row: keys.ConversationRow) -> tuple[str, 
 
 
 def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_ord: int, batch: Batch,
-                        reason: str, created_at_ms: int) -> tuple[int, int, range, tuple[HistoryPosition, ...]]:
+                        reason: str, created_at_ms: int) -> tuple[int, int, range, list[int]]:
     """Hide the latest visible turn (``first_ord`` to the last visible message) and append
     ``batch`` as the next turn, in ``tx``; update ``row``.
 
     The hidden messages move to ``H`` (keyed by position, with the replacing turn's id and the
     reason); the summary rolls back to its running sums before the turn; the replacement's rows
     overwrite the hidden ones' ordinals, and ordinals it does not reach are deleted (they lie past
-    the new last message). Returns the replacement's first seq and ordinal, the hidden seqs and the
-    replacement's positions.
+    the new last message). The ``A`` rows of batches that start inside the turn are deleted; one
+    that starts before it keeps its row, whose sums of the visible prefix stay exact, and the
+    replacement's own row, at the turn's first ordinal, is the floor of every ordinal after.
+    Returns the replacement's first seq and ordinal, the hidden seqs and the replacement's turns.
     """
-    raw = tx.get(keys.aggregate_key(conv, first_ord))
-    assert raw is not None  # Invariant: every visible message has its A row (same WriteBatch).
+    first = tx.get(keys.message_key(conv, first_ord))
+    assert first is not None  # Invariant: the latest turn's first message is visible.
+    k = keys.MessageRow.decode(first).index  # the turn's first message is its batch's k-th
+    sums = tx.get(keys.aggregate_key(conv, first_ord - k))
+    assert sums is not None  # Invariant: every visible batch has its A row (same WriteBatch).
+    content_before, turns_before = keys.AggregateRow.at(sums, k)
     old_count = row.messages
-    row.messages, row.content_bytes, row.turns = keys.AggregateRow.decode(raw)
     superseded_by = turn_id(batch.append_id, 0)
     hidden_first_seq = row.next_seq
     for ord_ in range(first_ord, old_count):
         message = tx.get(keys.message_key(conv, ord_))
         assert message is not None  # Invariant: ordinals below the count are all visible rows.
         head = keys.MessageRow.decode(message)
+        if head.index == 0 and ord_ > first_ord:  # a hidden batch's sums: no floor read may find them
+            tx.delete(keys.aggregate_key(conv, ord_))
         hidden_first_seq = min(hidden_first_seq, head.seq)
         tx.put(keys.hidden_key(conv, head.turn, head.seq),
                keys.HiddenRow.pack(created_at_ms, reason, superseded_by, message))
         if head.role == _SYSTEM:
             tx.delete(keys.system_key(conv, ord_))
+    row.messages, row.content_bytes, row.turns = first_ord, content_before, turns_before
     tx.delete(keys.turn_key(conv, row.turn))
     hidden = range(hidden_first_seq, row.next_seq)
-    first_seq, new_first_ord, positions = append(tx, conv, row, batch, created_at_ms)
+    first_seq, new_first_ord, turns = append(tx, conv, row, batch, created_at_ms)
     for ord_ in range(row.messages, old_count):  # the replacement is shorter than what it hid
         for key in _VISIBLE:
             tx.delete(key(conv, ord_))
-    return first_seq, new_first_ord, hidden, positions
+    return first_seq, new_first_ord, hidden, turns
+
+
+_VISIBLE = (keys.message_key, keys.source_key)
+"""The per-ordinal keyspaces a shorter replacement leaves rows of past its end."""
 
 
 def clear(tx: Tx, conv: bytes) -> None:

@@ -1,4 +1,4 @@
-"""The one place that knows the RocksDB key and value layout of histlog's state (≈510 lines:
+"""The one place that knows the RocksDB key and value layout of histlog's state (≈550 lines:
 one home for every keyspace and row format is the point; splitting it would make two).
 
 All integers are fixed-width big-endian so byte order is numeric order. IDs cannot contain
@@ -19,18 +19,19 @@ key                    meaning                                         value
 ``M`` conv 1F ord      a visible message                               ``MessageRow`` header + canonical JSON
 ``S`` conv 1F ord      index of visible system messages (window)       empty
 ``N`` conv 1F ord      turn source: the message narrowed (own space)   ``SourceRow`` header + content JSON
-``A`` conv 1F ord      running sums before the message (measure)       ``AggregateRow``
+``A`` conv 1F ord      running sums before each message of the batch   ``AggregateRow`` (16 bytes a message)
+                       whose first message has ordinal ``ord``
 ``T`` conv 1F turn     each visible turn's first message (cursors)     seq, ord
 ``H`` conv 1F turn seq a hidden message (its turn was replaced)       ``HiddenRow`` + ``MessageRow``
-``P`` name 00 part     checkpoint: next offset to apply                offset
+``P`` name 00 part     checkpoint: next offset to apply (``core``'s:   offset (``core``: + ``Stats``)
+                       with the partition's admission counters)
 ``Q`` part offset      a quarantined poison record                     reason (UTF-8)
-``X`` part             admission outcome counters of one partition     7 x u64
 ``U`` name 00 part key a custom projection's rows of one partition     the projection's bytes
 ``m`` name             metadata (layout version, backend identity)     ``STATE_FORMAT``, JSON
 =====================  ==============================================  =========================================
 
 Everything a partition's records wrote can be dropped without touching another partition
-(``engine.revoke(p, drop=True)``): checkpoints, poison, counters and custom rows carry the
+(``engine.revoke(p, drop=True)``): checkpoints (with the counters), poison and custom rows carry the
 partition in their key, and every conversation-scoped row belongs to the partition of its
 conversation (``schemas.records.partition_for_key``, as the log), so no read key changes.
 
@@ -49,6 +50,7 @@ turns, offsets and byte sums only grow by what the log holds (``Q``); partitions
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from schemas.events import REPLACE_REASONS
@@ -70,7 +72,6 @@ __all__ = [
     "ROLE_CODES",
     "SOURCE",
     "STATE_FORMAT",
-    "STATS_KEY",
     "SYSTEM",
     "TURN",
     "AggregateRow",
@@ -83,6 +84,7 @@ __all__ = [
     "aggregate_key",
     "checkpoint_key",
     "checkpoint_range",
+    "checkpoint_value",
     "conv_key",
     "conv_range",
     "conversation_ranges",
@@ -91,12 +93,14 @@ __all__ = [
     "custom_partition_keyspace",
     "hidden_key",
     "message_key",
+    "message_keys",
     "meta_key",
     "poison_key",
     "poison_partition_range",
     "poison_range",
     "prefix_end",
     "read_checkpoint_key",
+    "read_checkpoint_stats",
     "read_conv_key",
     "read_key_u64",
     "read_poison_key",
@@ -104,17 +108,19 @@ __all__ = [
     "read_turn_value",
     "receipt_key",
     "source_key",
-    "stats_key",
     "system_key",
     "turn_key",
     "turn_value",
 ]
 
-STATE_FORMAT = b"5"
+STATE_FORMAT = b"6"
 """Version of this layout and of the admission rules that filled it (``m format``); a state of
-another version is rebuilt. 5: counters and custom projection rows per partition, so a
-partition's state is dropped whole. 4: every field of a decoded event is validated before admission, so
-a state of 3 may hold records (or counters) that a rebuild now decides as poison."""
+another version is rebuilt. 6: one ``A`` row per batch instead of one per message, and the
+admission counters in ``core``'s checkpoint row instead of an ``X`` row of their own (a 2-message
+batch writes 8 keys, not 9, and a step 1 key per partition, not 2). 5: counters and custom
+projection rows per partition, so a partition's state is dropped whole. 4: every field of a
+decoded event is validated before admission, so a state of 3 may hold records (or counters)
+that a rebuild now decides as poison."""
 
 SEP = b"\x1f"
 END = b"\x20"
@@ -129,7 +135,6 @@ TURN = b"T"
 HIDDEN = b"H"
 CHECKPOINT = b"P"
 POISON = b"Q"
-STATS_KEY = b"X"
 CUSTOM = b"U"
 META = b"m"
 _NAME_END = b"\x00"  # ends a name (checkpoints, custom projections): names hold no control character
@@ -143,8 +148,8 @@ _U64 = struct.Struct(">Q")
 _U32 = struct.Struct(">I")
 
 
-def u64(n: int) -> bytes:
-    return _U64.pack(n)
+u64: Callable[[int], bytes] = _U64.pack
+"""The 8 big-endian bytes of ``n`` (the struct's own bound method: no wrapper call on the hot path)."""
 
 
 def read_u64(b: bytes, at: int = 0) -> int:
@@ -203,6 +208,13 @@ def source_key(conv: bytes, ord_: int) -> bytes:
 
 def aggregate_key(conv: bytes, ord_: int) -> bytes:
     return AGGREGATE + conv + SEP + _U64.pack(ord_)
+
+
+def message_keys(conv: bytes) -> tuple[bytes, bytes, bytes]:
+    """The ``M``, ``N`` and ``S`` key prefixes of ``conv``: ``prefix + u64(ord)`` is
+    ``message_key``, ``source_key`` and ``system_key`` (built once per batch on the hot path)."""
+    tail = conv + SEP
+    return MESSAGE + tail, SOURCE + tail, SYSTEM + tail
 
 
 def read_key_u64(key: bytes) -> int:
@@ -275,9 +287,16 @@ def custom_partition_keyspace(name: str, partition: int) -> tuple[bytes, bytes]:
     return lower, prefix_end(lower)
 
 
-def stats_key(partition: int) -> bytes:
-    """The admission counters of one partition (``STATS_KEY`` is their prefix)."""
-    return STATS_KEY + _U32.pack(partition)
+def checkpoint_value(offset: int, stats: Stats | None = None) -> bytes:
+    """A checkpoint row's value: the next offset to apply, then, for admission's own (``core``),
+    the partition's counters (``Stats``), which change in exactly the steps the checkpoint does
+    and are read with it: one row per partition and step instead of two."""
+    return _U64.pack(offset) if stats is None else _U64.pack(offset) + stats.encode()
+
+
+def read_checkpoint_stats(raw: bytes | None) -> Stats:
+    """The counters of a ``core`` checkpoint row (zero when there is none yet)."""
+    return Stats.decode(raw[_U64.size:] if raw else None)
 
 
 def poison_key(partition: int, offset: int) -> bytes:
@@ -358,8 +377,12 @@ class ReceiptRow:
     first_ord: int
 
     def encode(self) -> bytes:
-        return _RECEIPT.pack(self.partition, self.offset, self.first_seq, self.count,
-                             self.first_ord) + self.digest.encode()
+        return self.pack(self.digest, self.partition, self.offset, self.first_seq, self.count, self.first_ord)
+
+    @staticmethod
+    def pack(digest: str, partition: int, offset: int, first_seq: int, count: int, first_ord: int) -> bytes:
+        """``encode`` without building the object (the projector's hot path)."""
+        return _RECEIPT.pack(partition, offset, first_seq, count, first_ord) + digest.encode()
 
     @classmethod
     def decode(cls, b: bytes) -> ReceiptRow:
@@ -441,22 +464,35 @@ class SourceRow:
         return turn, len(b) - _SOURCE.size - alen
 
 
-_AGGREGATE = struct.Struct(">QQQ")
+_AGGREGATE = struct.Struct(">QQ")
 
 
 class AggregateRow:
-    """Running sums of the visible messages *before* one message: ``(messages, content_bytes,
-    turns)`` where ``turns`` counts the distinct turn positions before the message's own turn.
-    ``measure(after)`` is the conversation's totals minus the row of the first message after."""
+    """Running sums of the visible messages before each message of one batch, keyed by the
+    batch's first ordinal: per message, in batch order, ``(content_bytes, turns)`` before it,
+    where ``turns`` counts the distinct turn positions before the message's own turn (the
+    message count before it is its ordinal). ``measure(after)`` is the conversation's totals
+    minus the sums of the first message after, found with one ``Snapshot.floor`` (a batch's
+    ordinals are contiguous: message ``k`` of the batch at ordinal ``first`` has ``first + k``).
+
+    One row per batch rather than per message: a 2-message batch writes one key instead of two,
+    and a read still visits one key. No payload: ``measure`` loads none."""
 
     @staticmethod
-    def pack(messages: int, content_bytes: int, turns: int) -> bytes:
-        return _AGGREGATE.pack(messages, content_bytes, turns)
+    def pack(sums: list[int]) -> bytes:
+        """The row of a batch from its messages' sums flattened: ``[bytes0, turns0, bytes1, ...]``."""
+        return struct.pack(f">{len(sums)}Q", *sums)
 
     @staticmethod
-    def decode(b: bytes) -> tuple[int, int, int]:
-        messages, content, turns = _AGGREGATE.unpack(b)
-        return messages, content, turns
+    def at(b: bytes, k: int) -> tuple[int, int]:
+        """``(content_bytes, turns)`` before the batch's message ``k``."""
+        content, turns = _AGGREGATE.unpack_from(b, k * _AGGREGATE.size)
+        return content, turns
+
+    @staticmethod
+    def count(b: bytes) -> int:
+        """How many messages the row has sums for."""
+        return len(b) // _AGGREGATE.size
 
 
 _HIDDEN = struct.Struct(">QBH")

@@ -4,7 +4,7 @@ A member of a cluster owns a changing subset of the log's partitions (docs/desig
 admission never crosses partitions, because a conversation lives in one. So the state of a
 partition is: the rows of its conversations (the partition of a conversation is
 ``schemas.records.partition_for_key``, as the log's), and the rows keyed by the partition
-itself (``projections.keys``: checkpoints, poison, counters, custom projection rows). No read
+itself (``projections.keys``: checkpoints with admission's counters, poison, custom projection rows). No read
 key carries the partition, so the reads and their costs are those of a full replica.
 """
 
@@ -27,8 +27,8 @@ PartitionState = Literal["not_owned", "catching_up", "ready"]
 
 def drop_partition(store: StateStore, tx: Tx, partition: int, partitions: int) -> None:
     """Add to ``tx`` the deletion of everything the records of ``partition`` wrote: its
-    conversations' rows, its poison, counters and checkpoints (of admission and of every custom
-    projection) and the custom rows of its events. Committed in one WriteBatch, so a crash
+    conversations' rows, its poison, checkpoints (of admission, with its counters, and of every
+    custom projection) and the custom rows of its events. Committed in one WriteBatch, so a crash
     leaves the partition either whole or gone (and then rebuilt from offset 0 when taken again).
     Reads every conversation summary row once: a drop is rare, a read never pays for it."""
     snap = store.iterator()
@@ -39,7 +39,6 @@ def drop_partition(store: StateStore, tx: Tx, partition: int, partitions: int) -
             for lower, upper in keys.conversation_ranges(conv):
                 tx.delete_range(lower, upper)
     tx.delete_range(*keys.poison_partition_range(partition))
-    tx.delete(keys.stats_key(partition))
     checkpoints = [k for k, _ in snap.scan(keys.CHECKPOINT, keys.prefix_end(keys.CHECKPOINT))]
     for k in checkpoints:
         name, p = keys.read_checkpoint_key(k)

@@ -327,7 +327,8 @@ class Reads:
 
     def measure(self, conv: str, after: HistoryPosition) -> Measure:
         """Messages, content bytes and turns after ``after``: the conversation's totals minus the
-        running sums stored before the first message after it (two point reads, no payload)."""
+        running sums stored before the first message after it (the summary row, the cursor's turn rows
+        and the ``A`` row of that message's batch, found by one floor seek: no payload)."""
         bounds = _cursors(after, None)
         opened = None if bounds is _NOTHING else self._open(conv)
         if opened is None:
@@ -336,10 +337,13 @@ class Reads:
         lo, _ = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
         if lo >= row.messages:
             return Measure(0, 0, 0)
-        value = snap.get(keys.aggregate_key(c, lo))
-        assert value is not None  # Invariant: every visible ordinal has its A row.
-        messages, content, turns = keys.AggregateRow.decode(value)
-        return Measure(row.messages - messages, row.content_bytes - content, row.turns - turns)
+        found = snap.floor(keys.aggregate_key(c, 0), keys.aggregate_key(c, lo))
+        assert found is not None  # Invariant: ordinal 0 starts a batch, and every visible batch has its A row.
+        first, value = found
+        k = lo - keys.read_key_u64(first)  # the batch's ordinals are contiguous from its first
+        assert k < keys.AggregateRow.count(value)  # Invariant: the floor batch holds ``lo`` (full.append).
+        content, turns = keys.AggregateRow.at(value, k)
+        return Measure(row.messages - lo, row.content_bytes - content, row.turns - turns)
 
     # -- the message-count window ------------------------------------------------------------------
     def window(self, conv: str, limit: int, before: HistoryPosition | None = None) -> list[Message]:

@@ -111,7 +111,7 @@ class Projector(Ownership):
         self._waiters: list[list[tuple[int, int, threading.Event]]] = [[] for _ in range(partitions)]
         self._waiter_seq = 0
         self._applied = checkpoints(store, partitions)
-        self._stats = [keys.Stats.decode(store.get(keys.stats_key(p))) for p in range(partitions)]
+        self._stats = [keys.read_checkpoint_stats(store.get(keys.checkpoint_key(CORE, p))) for p in range(partitions)]
         self.deliveries = Deliveries()
         self._thread: threading.Thread | None = None
         self._cursor: CursorLike | None = None
@@ -215,9 +215,9 @@ class Projector(Ownership):
                 ptx.commit()
         for p in range(self.partitions):
             if applied[p] != self._applied[p]:
-                for name in (CORE, *live):
-                    tx.put(keys.checkpoint_key(name, p), keys.u64(applied[p]))
-                tx.put(keys.stats_key(p), stats[p].encode())
+                tx.put(keys.checkpoint_key(CORE, p), keys.checkpoint_value(applied[p], stats[p]))
+                for name in live:
+                    tx.put(keys.checkpoint_key(name, p), keys.checkpoint_value(applied[p]))
         tx.commit()
         for name in set(self._live) - set(live):  # failed in this step
             del self._live[name]
@@ -328,7 +328,7 @@ class Projector(Ownership):
         last = records[-1]
         if last.offset + 1 > start:
             ptx.commit()
-            tx.put(keys.checkpoint_key(name, last.partition), keys.u64(last.offset + 1))
+            tx.put(keys.checkpoint_key(name, last.partition), keys.checkpoint_value(last.offset + 1))
             tx.commit()
         admission_tx.commit()
 

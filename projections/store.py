@@ -206,6 +206,20 @@ class Snapshot:
         finally:
             del it  # Invariant: no frame of a traceback keeps the iterator (and so RocksDB's lock).
 
+    def floor(self, lower: bytes, key: bytes) -> tuple[bytes, bytes] | None:
+        """The greatest key ``<= key`` and ``>= lower`` with its value, or None; visits one key."""
+        it = self._it
+        try:
+            it.seek_for_prev(key)
+            self._store.keys_read += 1
+            if not it.valid():
+                self._check()
+                return None
+            k: bytes = it.key()
+            return (k, it.value()) if k >= lower else None
+        finally:
+            del it  # Invariant: no frame of a traceback keeps the iterator (and so RocksDB's lock).
+
     def _check(self) -> None:
         """An iterator that stops being valid has either reached the end or failed (an I/O error,
         an incomplete read): never let a failure pass for the end of the data."""
@@ -257,35 +271,53 @@ class _Detached:
         raise StateUnavailable("this engine's state store is closed; open a new engine")
 
 
-class Tx:
-    """One projector step: an overlay of pending writes over the store, committed atomically."""
+_UNSET = object()
 
-    __slots__ = ("_batch", "_deleted", "_pending", "_store")
+
+class Tx:
+    """One projector step: an overlay of pending writes over the store, committed atomically.
+
+    Writes reach the WriteBatch at ``commit`` (or before a ``delete_range``, which must follow
+    them), one per key: a key written twice in a step (a conversation's summary row, once per
+    batch of it in the step) costs the batch one entry, not two."""
+
+    __slots__ = ("_batch", "_deleted", "_pending", "_store", "_unwritten")
 
     def __init__(self, store: StateStore) -> None:
         self._store = store
         self._batch = WriteBatch(raw_mode=True)
-        self._pending: dict[bytes, bytes | None] = {}
+        self._pending: dict[bytes, bytes | None] = {}  # what reads see: None is deleted
+        self._unwritten: dict[bytes, bytes | None] = {}  # not in the batch yet
         self._deleted: list[tuple[bytes, bytes]] = []
 
     def get(self, key: bytes) -> bytes | None:
-        if key in self._pending:
-            return self._pending[key]
+        value = self._pending.get(key, _UNSET)
+        if value is not _UNSET:
+            return value  # type: ignore[return-value]
         for lower, upper in self._deleted:
             if lower <= key < upper:
                 return None
         return self._store.get(key)
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._pending[key] = value
-        self._batch.put(key, value)
+        self._pending[key] = self._unwritten[key] = value
 
     def delete(self, key: bytes) -> None:
-        self._pending[key] = None
-        self._batch.delete(key)
+        self._pending[key] = self._unwritten[key] = None
+
+    def _write(self) -> None:
+        """Move the unwritten writes into the batch (their order is free: one entry per key)."""
+        batch = self._batch
+        for k, v in self._unwritten.items():
+            if v is None:
+                batch.delete(k)
+            else:
+                batch.put(k, v)
+        self._unwritten.clear()
 
     def delete_range(self, lower: bytes, upper: bytes) -> None:
         """Delete ``[lower, upper)``, including this step's pending writes in it."""
+        self._write()  # the writes before the range delete stay before it
         for k in [k for k in self._pending if lower <= k < upper]:
             del self._pending[k]
         self._deleted.append((lower, upper))
@@ -305,6 +337,7 @@ class Tx:
     def commit(self) -> None:
         """Write the step atomically; a RocksDB failure raises ``StateUnavailable`` (or
         ``DamagedState``), with nothing of the step applied."""
+        self._write()
         if not self._batch.is_empty():
             try:
                 self._store.db.write(self._batch, self._store._write_opts)

@@ -375,7 +375,7 @@ class OwnedContract:
         gone = {k for k in before if k not in after}
         assert after == {k: v for k, v in before.items() if k not in gone}  # nothing else changed
         assert {keys.conv_key(c.encode()) for c in self.convs[2]} | {
-            keys.stats_key(2), keys.checkpoint_key("core", 2), keys.checkpoint_key("gate-count", 2)} <= gone
+            keys.checkpoint_key("core", 2), keys.checkpoint_key("gate-count", 2)} <= gone
         assert not any(keys.conv_key(c.encode()) in after for c in self.convs[2])
         assert not any(k[1:].startswith(c.encode() + b"\x1f") for k in after for c in self.convs[2])
 

@@ -103,3 +103,33 @@ def test_a_state_of_another_layout_version_is_rebuilt(tmp_path: Path, caplog: py
         assert snapshot(eng) == expected
         assert eng.stats().accepted == 3
     assert "another layout" in caplog.text
+
+
+def test_a_state_of_layout_5_is_rebuilt_into_this_layout(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Layout 5 kept the counters in ``X`` rows and running sums in one ``A`` row per message;
+    this one keeps the counters in ``core``'s checkpoint and one ``A`` row per batch. A state
+    left by 5 is rebuilt from the log, never read with this layout's rules."""
+    from projections import keys
+
+    with HistoryEngine.open(tmp_path, partitions=1) as eng:
+        for i in range(3):
+            eng.append(turn("c", f"a{i}", f"m{i}"))
+        expected, measure = snapshot(eng), eng.measure("c")
+    store = StateStore(tmp_path / "state")
+    rows = dict(store.db.items())
+    core = rows[keys.checkpoint_key("core", 0)]
+    store.db.put(keys.checkpoint_key("core", 0), core[:8])  # 5: the offset alone
+    store.db.put(b"X" + bytes(4), core[8:])  # 5: the counters in a row of their own
+    lower, upper = keys.conv_range(keys.AGGREGATE, b"c")
+    for k in [k for k in rows if lower <= k < upper]:
+        store.db.delete(k)
+    for ord_ in range(measure.messages):  # 5: (messages, content bytes, turns) before each message
+        store.db.put(keys.aggregate_key(b"c", ord_), bytes(24))
+    store.db.put(keys.FORMAT_KEY, b"5")
+    store.close()
+    with caplog.at_level(logging.WARNING, logger="histlog.engine"), HistoryEngine.open(tmp_path) as eng:
+        assert snapshot(eng) == expected
+        assert eng.measure("c") == measure
+        assert eng.stats().accepted == 3
+        assert dict(eng._store.db.items()) == rows  # exactly what this layout builds
+    assert "another layout" in caplog.text

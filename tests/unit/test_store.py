@@ -35,3 +35,44 @@ def test_an_incomplete_iterator_raises_instead_of_ending_early(tmp_path: Path) -
             Bounded(store).get(b"k000")
     finally:
         store.close()
+
+
+def test_a_step_writes_each_key_once_and_keeps_the_order_of_range_deletes(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    try:
+        store.db.put(b"a1", b"old")
+        store.db.put(b"b1", b"old")
+        tx = store.tx()
+        for v in (b"1", b"2", b"3"):
+            tx.put(b"c", v)  # one summary row rewritten by three batches of one step
+        tx.put(b"a1", b"before the range delete")
+        tx.put(b"a2", b"before the range delete")
+        tx.delete_range(b"a", b"b")  # drops the committed a1 and the step's own a1, a2
+        tx.put(b"a2", b"after")
+        tx.delete(b"b1")
+        tx.put(b"b2", b"x")
+        tx.delete(b"b2")
+        assert [tx.get(k) for k in (b"a1", b"a2", b"b1", b"b2", b"c")] == [None, b"after", None, None, b"3"]
+        tx._write()
+        assert tx._batch.len() == 7  # c once, a1, a2, the range delete, then a2, b1 and b2 once each
+        tx.commit()
+        assert dict(store.db.items()) == {b"a2": b"after", b"c": b"3"}
+    finally:
+        store.close()
+
+
+def test_floor_finds_the_greatest_key_at_or_below_and_visits_one(tmp_path: Path) -> None:
+    store = StateStore(tmp_path)
+    try:
+        for k in (b"A\x00", b"A\x05", b"B\x00"):
+            store.db.put(k, k)
+        snap = store.iterator()
+        before = store.keys_read
+        assert snap.floor(b"A", b"A\x04") == (b"A\x00", b"A\x00")
+        assert snap.floor(b"A", b"A\x05") == (b"A\x05", b"A\x05")
+        assert snap.floor(b"A", b"A\xff") == (b"A\x05", b"A\x05")
+        assert snap.floor(b"B", b"B") is None  # below every key of the range
+        assert snap.floor(b"A", b"0") is None  # below every key
+        assert store.keys_read - before == 5
+    finally:
+        store.close()

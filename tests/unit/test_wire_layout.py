@@ -49,7 +49,7 @@ def test_one_partition_takes_everything() -> None:
 def test_every_key_keeps_its_bytes() -> None:
     c = b"conv"
     ord8 = (3).to_bytes(8, "big")
-    assert keys.STATE_FORMAT == b"5"
+    assert keys.STATE_FORMAT == b"6"
     assert keys.conv_key(c) == b"Cconv"
     assert keys.read_conv_key(b"Cconv") == c
     assert keys.receipt_key(c, b"a/1") == b"Rconv\x1fa/1"
@@ -66,8 +66,16 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.read_poison_key(keys.poison_key(2, 9)) == (2, 9)
     assert keys.meta_key("format") == keys.FORMAT_KEY == b"mformat"
     assert keys.IDENTITY_KEY == b"midentity"
-    assert keys.STATS_KEY == b"X"
-    assert keys.stats_key(2) == b"X" + (2).to_bytes(4, "big")
+    assert keys.checkpoint_value(7) == (7).to_bytes(8, "big")
+    stats = keys.Stats(1, 2, 3, 4, 5, 6, 7)
+    assert keys.checkpoint_value(7, stats) == b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7))
+    assert keys.read_checkpoint_stats(keys.checkpoint_value(7, stats)) == stats
+    assert keys.read_checkpoint_stats(None) == keys.read_checkpoint_stats(keys.checkpoint_value(7)) == keys.Stats()
+    m, n, s = keys.message_keys(c)
+    assert (m + ord8, n + ord8, s + ord8) == (keys.message_key(c, 3), keys.source_key(c, 3), keys.system_key(c, 3))
+    assert keys.AggregateRow.pack([1, 2, 3, 4]) == b"".join(n.to_bytes(8, "big") for n in (1, 2, 3, 4))
+    assert keys.AggregateRow.at(keys.AggregateRow.pack([1, 2, 3, 4]), 1) == (3, 4)
+    assert keys.AggregateRow.count(keys.AggregateRow.pack([1, 2, 3, 4])) == 2
     assert keys.read_checkpoint_key(keys.checkpoint_key("core", 2)) == ("core", 2)
 
 
