@@ -185,8 +185,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("keygen", cmd_keygen, "write a new master key file (mode 0600, never overwrites)",
                 "Write FILE with a new random 32-byte master key (mode 0600; refused if FILE exists) and print "
                 "its id. It wraps the data keys of sealed content at rest (engine.keys; the engine does not "
-                "seal content yet: docs/erasure.md, Status). Back the file up apart from the data: without it the keys it "
-                "wraps, and so the history, cannot be read.")
+                "seal content yet: docs/erasure.md, Status). Back the file up apart from the data: without "
+                "it the keys it wraps, and so the history, cannot be read.")
     p.add_argument("file", metavar="FILE")
 
     p = command("serve", cmd_serve, "serve the history over HTTP (docs/service.md)",
