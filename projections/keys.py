@@ -60,6 +60,7 @@ __all__ = [
     "CHECKPOINT",
     "CONVERSATION",
     "CUSTOM",
+    "EVIDENCE_FORMATS",
     "FORMAT_KEY",
     "HIDDEN",
     "IDENTITY_KEY",
@@ -112,6 +113,11 @@ __all__ = [
     "turn_key",
     "turn_value",
 ]
+
+EVIDENCE_FORMATS = frozenset({b"5", b"6"})
+"""The layouts whose ``core`` checkpoint rows begin with the next offset to apply (a u64): their
+checkpoints are evidence of acknowledged records (``engine/state.py``) even when the layout is
+older than ``STATE_FORMAT`` and is about to be rebuilt. Add each new layout that keeps that."""
 
 STATE_FORMAT = b"6"
 """Version of this layout and of the admission rules that filled it (``m format``); a state of
