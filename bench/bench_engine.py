@@ -6,9 +6,15 @@ JSON line. Cases:
 
 * **appends/s** with fsync ``always`` at 1, 16 and 64 concurrent writer threads, 2-message
   batches, through ``HistoryEngine.append`` (validate, encode, group-committed log append,
-  wait for the projector's decision) vs raw ``FileLog.append`` of the same encoded events at
-  the same concurrency, and vs the ``eventsourcing`` library on SQLite doing the equivalent
-  work (load the conversation aggregate, dedup by append id, record the event, save).
+  wait for the projector's decision) vs raw ``FileLog.append`` of pre-encoded events (the
+  events are encoded before the clock starts: the raw rate is the log's own) at the same
+  concurrency, and vs the ``eventsourcing`` library on SQLite doing the equivalent work (load
+  the conversation aggregate, dedup by append id, record the event, save). Each of the three
+  also reports its **cost per append**: the process's CPU µs (every thread: writers, group
+  commit, projector) and context switches (voluntary + involuntary, ``getrusage``) over the
+  same window, ``bench.common.run_measured``. On 2 shared cores the rate moves with the
+  neighbours' load; the cost per append moves much less, and it is what a thread hand-off or
+  a second wake-up shows up in.
 * **replay**: rebuild the state from N batches on the log vs a raw scan + decode of the log.
 * **read latency** p50/p99 of ``read`` and ``window(limit=20)`` on conversations of 100 and
   10,000 messages.
@@ -26,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from bench.common import batch, conversation, event_bytes, latency, progress_printer, run_threads
+from bench.common import Run, batch, conversation, event_bytes, latency, progress_printer, run_measured
 from engine import HistoryEngine
 from engine.log.base import record_key
 from engine.log.file import FileLog
@@ -62,7 +68,7 @@ except ImportError:  # pragma: no cover - the bench extra is not installed
     HAVE_EVENTSOURCING = False
 
 
-def _eventsourcing_rate(root: Path, writers: int, per_thread: int) -> float | None:
+def _eventsourcing_run(root: Path, writers: int, per_thread: int) -> Run | None:
     """eventsourcing 9 on SQLite: get the aggregate, dedup by append id, record, save."""
     if not HAVE_EVENTSOURCING:
         return None
@@ -83,31 +89,33 @@ def _eventsourcing_rate(root: Path, writers: int, per_thread: int) -> float | No
                 conv.append(str(b.append_id), b.digest, b.canonical_json().decode())
                 app.save(conv)
 
-    rate, _ = run_threads(writers, per_thread, one)
+    run = run_measured(writers, per_thread, one)
     app.close()
-    return rate
+    return run
 
 
 def _appends(root: Path, writers: int, total: int) -> dict[str, Any]:
     per_thread = max(total // writers, 1)
     eng_dir = root / f"eng-{writers}"
     with HistoryEngine.open(eng_dir) as engine:
-        engine_rate, _ = run_threads(writers, per_thread,
-                                     lambda t, i: engine.append(batch(conversation(t, i), f"a-{t}-{i}")))
+        eng = run_measured(writers, per_thread, lambda t, i: engine.append(batch(conversation(t, i), f"a-{t}-{i}")))
     raw = FileLog(root / f"raw-{writers}", 1)
+    records = [[(record_key(b.conversation_id, b.append_id), event_bytes(b))
+                for b in (batch(conversation(t, i), f"a-{t}-{i}") for i in range(per_thread))]
+               for t in range(writers)]
 
-    def raw_one(t: int, i: int) -> None:  # the same work minus the projector round trip
-        b = batch(conversation(t, i), f"a-{t}-{i}")
-        raw.append(record_key(b.conversation_id, b.append_id), event_bytes(b))
+    def raw_one(t: int, i: int) -> None:  # pre-encoded records: the log's own rate and cost
+        raw.append(*records[t][i])
 
-    raw_rate, _ = run_threads(writers, per_thread, raw_one)
+    raw_run = run_measured(writers, per_thread, raw_one)
     raw.close()
     (root / f"es-{writers}").mkdir()
-    es_rate = _eventsourcing_rate(root / f"es-{writers}", writers, max(per_thread // 2, 1))
-    return {"writers": writers, "engine_per_s": round(engine_rate), "raw_filelog_per_s": round(raw_rate),
-            "vs_raw": round(engine_rate / raw_rate, 3),
-            "eventsourcing_sqlite_per_s": round(es_rate) if es_rate else None,
-            "vs_eventsourcing": round(engine_rate / es_rate, 1) if es_rate else None}
+    es = _eventsourcing_run(root / f"es-{writers}", writers, max(per_thread // 2, 1))
+    return {"writers": writers, "engine_per_s": round(eng.per_s), "raw_filelog_per_s": round(raw_run.per_s),
+            "vs_raw": round(eng.per_s / raw_run.per_s, 3),
+            "eventsourcing_sqlite_per_s": round(es.per_s) if es else None,
+            "vs_eventsourcing": round(eng.per_s / es.per_s, 1) if es else None,
+            **eng.shape("engine"), **raw_run.shape("raw"), **(es.shape("eventsourcing") if es else {})}
 
 
 def _replay(root: Path, batches: int, progress: bool) -> dict[str, Any]:
@@ -168,11 +176,18 @@ def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any]) -> str:
-    lines = ["durable appends/s (fsync=always, 2-message batches)",
-             f"  {'writers':>7} {'engine':>9} {'raw FileLog':>12} {'ratio':>6} {'eventsourcing':>14} {'ratio':>6}"]
+    lines = ["durable appends/s (fsync=always, 2-message batches; raw FileLog = pre-encoded records)",
+             f"  {'writers':>7} {'engine':>9} {'raw FileLog':>12} {'ratio':>6} {'eventsourcing':>14} {'ratio':>6}",
+             "  cost per append: CPU µs / context switches (whole process)",
+             f"  {'writers':>7} {'engine':>14} {'raw FileLog':>14} {'eventsourcing':>16}"]
+    rates, costs = lines[:2], lines[2:]
     for a in result["appends"]:
-        lines.append(f"  {a['writers']:>7} {a['engine_per_s']:>9} {a['raw_filelog_per_s']:>12} {a['vs_raw']:>6} "
+        rates.append(f"  {a['writers']:>7} {a['engine_per_s']:>9} {a['raw_filelog_per_s']:>12} {a['vs_raw']:>6} "
                      f"{a['eventsourcing_sqlite_per_s'] or '-':>14} {a['vs_eventsourcing'] or '-':>6}")
+        es = f"{a['eventsourcing_cpu_us']} / {a['eventsourcing_ctx']}" if "eventsourcing_cpu_us" in a else "-"
+        costs.append(f"  {a['writers']:>7} {a['engine_cpu_us']:>7} / {a['engine_ctx']:<5} "
+                     f"{a['raw_cpu_us']:>7} / {a['raw_ctx']:<5} {es:>16}")
+    lines = rates + costs
     r = result["replay"]
     lines.append(f"replay: {r['batches']} batches at {r['replay_batches_per_s']}/s "
                  f"(raw scan+decode {r['raw_scan_decode_per_s']}/s, ratio {r['vs_raw_scan']})")

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
 import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from schemas import Batch, Message
 from schemas.events import BatchAppended, encode_event
 
-__all__ = ["batch", "conversation", "event_bytes", "percentiles", "progress_printer", "run_threads"]
+__all__ = ["Cost", "Run", "batch", "conversation", "cost_now", "event_bytes", "percentiles", "progress_printer",
+           "run_measured", "run_threads"]
 
 TURNS_PER_CONVERSATION = 10
 
@@ -45,11 +48,42 @@ def progress_printer(enabled: bool, label: str = "replay") -> Callable[[int, int
     return show
 
 
-def run_threads(n: int, per_thread: int, fn: Callable[[int, int], object]) -> tuple[float, list[float]]:
-    """Call ``fn(thread, i)`` ``per_thread`` times from each of ``n`` threads started together.
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """This process's CPU seconds (user + system, every thread) and context switches (voluntary +
+    involuntary, every thread, from ``getrusage(RUSAGE_SELF)``) at one moment; subtract two."""
 
-    Returns calls per second and every call's latency in microseconds; re-raises the first error.
-    """
+    cpu_s: float
+    switches: int
+
+    def __sub__(self, other: Cost) -> Cost:
+        return Cost(self.cpu_s - other.cpu_s, self.switches - other.switches)
+
+
+def cost_now() -> Cost:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return Cost(usage.ru_utime + usage.ru_stime, usage.ru_nvcsw + usage.ru_nivcsw)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """What ``run_measured`` saw: calls per second, every call's latency (µs), and the process's
+    CPU µs and context switches per call over the same window (the projector's and the log
+    client's threads included: the cost of a call that wall-clock rates hide on a busy machine)."""
+
+    per_s: float
+    latencies_us: list[float]
+    cpu_us_per_op: float
+    switches_per_op: float
+
+    def shape(self, prefix: str) -> dict[str, float]:
+        """The cost columns of a report row, named ``{prefix}_cpu_us`` and ``{prefix}_ctx``."""
+        return {f"{prefix}_cpu_us": round(self.cpu_us_per_op, 1), f"{prefix}_ctx": round(self.switches_per_op, 2)}
+
+
+def run_measured(n: int, per_thread: int, fn: Callable[[int, int], object]) -> Run:
+    """Call ``fn(thread, i)`` ``per_thread`` times from each of ``n`` threads started together,
+    measuring rate, latencies and the process's cost per call (``Run``); re-raises the first error."""
     barrier = threading.Barrier(n + 1)
     latencies: list[list[float]] = [[] for _ in range(n)]
     errors: list[BaseException] = []
@@ -68,14 +102,24 @@ def run_threads(n: int, per_thread: int, fn: Callable[[int, int], object]) -> tu
     threads = [threading.Thread(target=work, args=(t,)) for t in range(n)]
     for th in threads:
         th.start()
+    before = cost_now()
     barrier.wait()
     start = time.perf_counter()
     for th in threads:
         th.join()
     elapsed = time.perf_counter() - start
+    spent = cost_now() - before
     if errors:
         raise errors[0]
-    return n * per_thread / elapsed, [x for lst in latencies for x in lst]
+    calls = n * per_thread
+    return Run(calls / elapsed, [x for lst in latencies for x in lst], spent.cpu_s * 1e6 / calls,
+               spent.switches / calls)
+
+
+def run_threads(n: int, per_thread: int, fn: Callable[[int, int], object]) -> tuple[float, list[float]]:
+    """``run_measured`` without the costs: calls per second and every call's latency in µs."""
+    run = run_measured(n, per_thread, fn)
+    return run.per_s, run.latencies_us
 
 
 def percentiles(samples: list[float]) -> tuple[float, float]:

@@ -152,9 +152,10 @@ def _open_store(state_dir: Path) -> StateStore:
 
 
 def _evidence(store: StateStore) -> list[int] | None:
-    """The checkpoints of a state of this layout: offsets below which the log acknowledged records."""
+    """The checkpoints of a state of a layout that keeps them (``keys.EVIDENCE_FORMATS``, this one
+    or the one before it, about to be rebuilt): offsets below which the log acknowledged records."""
     raw = store.get(keys.IDENTITY_KEY)
-    if raw is None or store.get(keys.FORMAT_KEY) != STATE_FORMAT:
+    if raw is None or store.get(keys.FORMAT_KEY) not in keys.EVIDENCE_FORMATS:
         return None
     return checkpoints(store, int(json.loads(raw)["partitions"]))
 
@@ -238,7 +239,7 @@ def read_evidence(state_dir: Path) -> tuple[list[int] | None, str]:
             return None, f"the state in {state_dir} cannot be read ({' '.join(str(exc).split())}): no evidence"
         try:
             identity, layout = db.get(keys.IDENTITY_KEY), db.get(keys.FORMAT_KEY)
-            if identity is None or layout != STATE_FORMAT:
+            if identity is None or layout not in keys.EVIDENCE_FORMATS:
                 return None, f"the state in {state_dir} is empty or of another layout: no evidence"
             try:
                 partitions = int(json.loads(identity)["partitions"])

@@ -72,6 +72,7 @@ __all__ = [
     "CHECKPOINT",
     "CONVERSATION",
     "CUSTOM",
+    "EVIDENCE_FORMATS",
     "EXTERNAL",
     "FORMAT_KEY",
     "HIDDEN",
@@ -136,12 +137,17 @@ __all__ = [
     "turn_value",
 ]
 
+EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7"})
+"""The layouts whose ``core`` checkpoint rows begin with the next offset to apply (a u64): their
+checkpoints are evidence of acknowledged records (``engine/state.py``) even when the layout is
+older than ``STATE_FORMAT`` and is about to be rebuilt. Add each new layout that keeps that."""
+
 STATE_FORMAT = b"7"
 """Version of this layout and of the admission rules that filled it (``m format``); a state of
 another version is rebuilt. 7: a user message flagged internal feedback opens no turn (turn
 positions change), ``created_at`` never decreases within a conversation, and the ``W``, ``X``
-and ``O`` indexes of history navigation. 6: one ``A`` row per batch instead of one per message, and the
-admission counters in ``core``'s checkpoint row instead of an ``X`` row of their own (a 2-message
+and ``O`` indexes of history navigation. 6: one ``A`` row per batch instead of one per message,
+and the admission counters in ``core``'s checkpoint row instead of an ``X`` row of their own (a 2-message
 batch writes 8 keys, not 9, and a step 1 key per partition, not 2). 5: counters and custom
 projection rows per partition, so a partition's state is dropped whole. 4: every field of a
 decoded event is validated before admission, so a state of 3 may hold records (or counters)

@@ -27,7 +27,10 @@ The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
     ├── CommitUnconfirmed                     no decision in time; resend the same Batch
     ├── LogUnavailable                        the log backend is down or fail-stopped
     ├── StateUnavailable                      the RocksDB state is in use, failed or cannot be written
+    │   └── KeyStoreDamaged                   a key store record is damaged: restore path/keys/ from a backup
     ├── CorruptLog                            a log record or segment is damaged
+    │   └── DecryptionFailed                  a sealed record does not open under its key (tampered, moved): poison
+    ├── KeyErased                             the data key was destroyed: the content is erased on purpose
     ├── SubscriptionLost                      a subscriber fell behind; subscribe again and re-read
     ├── Unauthorized                          the service wants a valid bearer token
     ├── NotOwner                              (cluster) this member does not own the conversation's partition
@@ -50,6 +53,7 @@ __all__ = [
     "CommitUnconfirmed",
     "ConversationClosed",
     "CorruptLog",
+    "DecryptionFailed",
     "DuplicateProjection",
     "EngineClosed",
     "HistoryError",
@@ -63,6 +67,8 @@ __all__ = [
     "InvalidReceipt",
     "InvalidRequest",
     "InvalidWindow",
+    "KeyErased",
+    "KeyStoreDamaged",
     "LogUnavailable",
     "NotFound",
     "NotOwner",
@@ -249,6 +255,41 @@ class CorruptLog(HistoryError):
         super().__init__(message)
         self.reason = reason
         self.position = position
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class DecryptionFailed(CorruptLog):
+    """A sealed event does not open under the data key its key id names: a byte of its nonce,
+    ciphertext or MAC was changed, it was moved to another record (the associated data binds it to
+    its conversation, append id, key id and schema version), or the key is not the one it was
+    sealed with. The record is poison (``reason`` says which check failed), never "erased"."""
+
+
+class KeyErased(HistoryError):
+    """The data key a sealed event names was destroyed (``clear``), so its content is gone on
+    purpose: show the record as erased, never as poison. ``conversation_id`` and ``key_id`` say
+    which key."""
+
+    def __init__(self, message: str, *, conversation_id: str = "", key_id: str = "") -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.key_id = key_id
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class KeyStoreDamaged(StateUnavailable):
+    """A record of the key store (``path/keys/`` or the Kafka keys topic) is damaged or was
+    written under another master key. Keys cannot be rebuilt from the log: restore the key store
+    from a backup (or open with the right ``master_key_file``). ``where`` names the file or
+    offset."""
+
+    def __init__(self, message: str, *, where: str = "") -> None:
+        super().__init__(message)
+        self.where = where
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))

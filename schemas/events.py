@@ -67,6 +67,7 @@ from schemas.times import check_time_ms
 
 if TYPE_CHECKING:  # pragma: no cover
     from schemas.batch import Batch
+    from schemas.messages import Message
 
 __all__ = [
     "BATCH_APPENDED_FINGERPRINT",
@@ -443,32 +444,62 @@ def decode_event(data: bytes) -> Event:
         raise _corrupt(f"undecodable body: {type(exc).__name__}: {exc}"[:200], f"as {writer.name}") from exc
 
 
-def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None) -> Batch:
+_READERS: list[Any] = []
+
+
+def _batch_readers() -> tuple[Callable[[str, str, bytes], Batch], Callable[..., Batch | None]]:
+    """``Batch.from_canonical`` and ``fastpath.fast_batch``, imported on first use (the codec
+    itself needs no message model), then kept: an import statement per record costs ~1 us."""
+    if not _READERS:
+        from schemas.batch import Batch
+        from schemas.fastpath import fast_batch
+
+        _READERS[:] = [Batch.from_canonical, fast_batch]
+    return _READERS[0], _READERS[1]
+
+
+def _starts_turn(message: Message) -> bool:
+    """``schemas.messages.starts_turn`` (imported on use: only replacements ask, and the codec
+    itself needs no message model)."""
+    from schemas.messages import starts_turn
+
+    return starts_turn(message)
+
+
+def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None, *, fast: bool = True) -> Batch:
     """The batch a decoded event carries, checked: ``CorruptLog`` unless ``messages`` has the
     event's digest and is the canonical JSON of valid messages whose count and content bytes are
     the event's, and a replacement turn starts with its user message.
 
     ``known`` is a batch this process wrote under the same record key and digest: when its
     canonical bytes are the event's it is returned without parsing (its digest is then the
-    event's by construction).
+    event's by construction). Otherwise the messages are validated in full, never skipped for a
+    matching digest (the digest is public): by ``schemas.fastpath`` for the common shapes, which
+    accepts exactly what the full model accepts and builds the same batch, else (and always
+    with ``fast=False``, the differential tests' reference) by ``Batch.from_canonical``, which
+    also gives the reason of a rejection.
     """
-    from schemas.batch import Batch  # here, not at import: the codec itself needs no message model
-    from schemas.messages import starts_turn
-
+    from_canonical, fast_batch = _batch_readers()
     if known is not None and known.canonical_json() == event.messages:
         batch = known
     else:
-        if digest_of(event.messages) != event.digest:
+        found = fast_batch(event.conversation_id, event.append_id, event.messages) if fast else None
+        # The digest is checked first on both paths (so both give the same reason); the fast
+        # batch's digest is digest_of(messages) already, computed once.
+        if (found.digest if found is not None else digest_of(event.messages)) != event.digest:
             raise CorruptLog("event messages do not match its digest", reason="digest mismatch")
-        try:
-            batch = Batch.from_canonical(event.conversation_id, event.append_id, event.messages)
-        except HistoryError as e:
-            reason = f"messages are not canonical valid messages: {e}"[:300]
-            raise CorruptLog(reason, reason=reason) from None
+        if found is not None:
+            batch = found
+        else:
+            try:
+                batch = from_canonical(event.conversation_id, event.append_id, event.messages)
+            except HistoryError as e:
+                reason = f"messages are not canonical valid messages: {e}"[:300]
+                raise CorruptLog(reason, reason=reason) from None
     if len(batch) != event.message_count or batch.content_bytes() != event.content_bytes:
         reason = "message_count or content_bytes does not match the messages"
         raise CorruptLog(reason, reason=reason)
-    if isinstance(event, TurnReplaced) and not starts_turn(batch.messages[0]):
+    if isinstance(event, TurnReplaced) and not _starts_turn(batch.messages[0]):
         reason = "a replacement turn must start with its user message (not internal feedback)"
         raise CorruptLog(reason, reason=reason)
     return batch

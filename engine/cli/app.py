@@ -71,8 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ns = build_parser().parse_args(args)
             except SystemExit as exc:  # --help / --version
                 return exc.code if isinstance(exc.code, int) else OK
-            if ns.command == "demo":
-                code: int = ns.handler(ns, sys.stdout)  # the demo picks its own (temporary) data dir
+            if ns.command in ("demo", "keygen"):
+                # The demo picks its own (temporary) data dir; keygen writes only its file.
+                code: int = ns.handler(ns, sys.stdout)
             else:
                 code = ns.handler(ns, resolve(ns), sys.stdout)
             sys.stdout.flush()  # a closed pipe shows here, not at interpreter exit

@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 from engine.cli.cluster import cmd_cluster
 from engine.cli.exits import UsageError
+from engine.cli.keys import cmd_keygen
 from engine.cli.ops import cmd_rebuild, cmd_stats, cmd_tail
 from engine.cli.reads import cmd_list, cmd_locate, cmd_read, cmd_turns
 from engine.cli.serve import add_serve, cmd_serve
@@ -203,6 +204,13 @@ def build_parser() -> argparse.ArgumentParser:
     command("verify", cmd_log_verify, "check every segment of the embedded file log without changing it",
             "Walk every segment of the embedded file log read-only and print the report: exit 0 when clean, "
             "1 when damage is found.", into=log_sub)
+
+    p = command("keygen", cmd_keygen, "write a new master key file (mode 0600, never overwrites)",
+                "Write FILE with a new random 32-byte master key (mode 0600; refused if FILE exists) and print "
+                "its id. It wraps the data keys of sealed content at rest (engine.keys; the engine does not "
+                "seal content yet: docs/erasure.md, Status). Back the file up apart from the data: without "
+                "it the keys it wraps, and so the history, cannot be read.")
+    p.add_argument("file", metavar="FILE")
 
     p = command("serve", cmd_serve, "serve the history over HTTP (docs/service.md)",
                 "Serve this history over HTTP/1.1 + JSON (docs/service.md): prints listening=http://HOST:PORT "

@@ -212,7 +212,9 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
                 described += f", member of group {cluster.group} as {url}"
             extras = observability(engine, readiness=readiness)  # events, /metrics, /healthz, /readyz
             if member is not None:
-                extras.metrics.registry.register(ClusterCollector(member))
+                extras.metrics.registry.register(ClusterCollector(member, extras.metrics.probe))
+                if isinstance(readiness, ClusterReadiness):
+                    readiness.probe = extras.metrics.probe  # /readyz never waits on the broker either
                 member.on_revoked.append(extras.hub.revoked)  # streams follow their partition
             app = build_app(engine, token=token, max_body=ns.max_body, extra_ops=extras.ops,
                             extra_routes=[*extras.readiness.routes, *extras.metrics.routes],

@@ -9,6 +9,10 @@ What ``ClusterMember`` promises:
   ``engine.revoke`` (its calls fail with ``NotOwner`` from the moment it begins; it returns once
   the projector no longer applies the partition). Revoked state is kept (``drop=False``): a
   partition that comes back resumes from its checkpoint instead of replaying from offset 0.
+  And it comes back by preference: the member tells the group which partitions it holds state
+  for (``held``: the checkpoints it opened with, and every partition assigned since), and the
+  leader moves those to it when balance moves partitions at all (``assignor.prefer_state``); a
+  member restarted after its session expired gets back the partitions whose state it kept.
   Both callbacks run on kafka-python's IO thread and return promptly (``assign`` returns at
   once; ``revoke`` waits only for the projector's step in progress). After a revoke the
   ``on_revoked`` listeners run (the server ends the event streams of those partitions, so each
@@ -41,6 +45,7 @@ from engine.cluster.membership import DEFAULT_SESSION_TIMEOUT, Membership
 from engine.cluster.ownership import OwnershipMap
 from engine.facade import HistoryEngine
 from engine.service.health import Readiness
+from engine.service.metrics import StatsProbe
 from schemas.errors import NotReady
 
 __all__ = ["ClusterCollector", "ClusterMember", "ClusterReadiness"]
@@ -57,16 +62,31 @@ class ClusterMember:
         """Called (IO thread, after the engine stopped serving them) with the partitions given up:
         e.g. the event hub ends their streams so clients reconnect to the new owner."""
         self._lock = threading.Lock()
+        # The checkpoints this engine opened with (its kept state; the broker answers here, or the
+        # membership could not join either), then every partition assigned since: never a log
+        # call at join time, when kafka-python asks for them.
+        opened = engine.stats().applied_offsets
+        self._held: dict[int, int] = {p: o for p, o in enumerate(opened) if o > 0}
         # rebalance_timeout = session_timeout: a member stuck in a join (see Membership.lease_valid)
         # stops serving as soon as a frozen one would, not 30 s later.
         self.membership = Membership(bootstrap, topic, group, advertise, session_timeout=session_timeout,
                                      rebalance_timeout=session_timeout,
                                      on_assigned=self._assigned, on_revoked=self._revoked,
-                                     instance_id=instance_id, client_id=f"histlog-member-{group}")
+                                     instance_id=instance_id, client_id=f"histlog-member-{group}",
+                                     held=self.held)
 
     # -- the callbacks (kafka-python's IO thread, one at a time) ----------------------------------
     def _assigned(self, parts: frozenset[int]) -> None:
+        with self._lock:
+            for p in parts:
+                self._held.setdefault(p, 0)  # state from now on; its checkpoint unknown without a log call
         self.engine.assign(parts)
+
+    def held(self) -> dict[int, int]:
+        """Partition -> checkpoint (as opened; 0 if taken on since) of the partitions whose state
+        this member keeps: what it tells the group at each join (``Membership(held=...)``)."""
+        with self._lock:
+            return dict(self._held)
 
     def _revoked(self, parts: frozenset[int]) -> None:
         self.engine.revoke(parts, drop=False)
@@ -113,6 +133,9 @@ class ClusterReadiness(Readiness):
     def __init__(self, member: ClusterMember) -> None:
         super().__init__(member.engine, targets=[])
         self.member = member
+        self.probe: StatsProbe | None = None
+        """Where the lag shown in the answer comes from once the server has its metrics
+        (``ServiceMetrics.probe``: never a wait on the log); without it, ``stats()``."""
 
     def check(self) -> NotReady | None:
         m = self.member.membership
@@ -121,8 +144,12 @@ class ClusterReadiness(Readiness):
         engine = self.member.engine
         catching = sorted(p for p in engine.owned if engine.partition_state(p) == "catching_up")
         if catching:
-            lag = engine.stats().lag
-            shown = ", ".join(f"partition {p}: {lag[p]} records" for p in catching[:8])
+            if self.probe is None:
+                lag = engine.stats().lag
+            else:
+                reading = self.probe.read()
+                lag = reading.stats.lag if reading.stats is not None else []
+            shown = ", ".join(f"partition {p}: {lag[p] if p < len(lag) else '?'} records" for p in catching[:8])
             return NotReady(f"catching up on the partitions just assigned ({shown} behind); retry shortly")
         return None
 
@@ -132,8 +159,9 @@ class ClusterCollector(Collector):
     ``histlog_cluster_lease_valid``, ``histlog_cluster_rebalances_total`` and
     ``histlog_cluster_catch_up_remaining_records`` (on partitions still catching up)."""
 
-    def __init__(self, member: ClusterMember) -> None:
+    def __init__(self, member: ClusterMember, probe: StatsProbe | None = None) -> None:
         self.member = member
+        self.probe = probe
 
     def collect(self) -> Iterator[Metric]:
         m, engine = self.member.membership, self.member.engine
@@ -148,7 +176,15 @@ class ClusterCollector(Collector):
         rebalances.add_metric([], m.rebalances)
         yield rebalances
         catching = [p for p in owned if engine.partition_state(p) == "catching_up"]
-        lag = engine.stats().lag if catching else []  # stats() asks the log: only when it tells something
-        remaining = sum(lag[p] for p in catching)
+        lag = self._lag() if catching else []
+        remaining = sum(lag[p] for p in catching if p < len(lag))
         yield GaugeMetricFamily("histlog_cluster_catch_up_remaining_records",
                                 "Records still to apply on the partitions catching up", value=remaining)
+
+    def _lag(self) -> list[int]:
+        """The lag of this scrape's reading (``ServiceMetrics.probe``, read just before: never a
+        wait on the log; empty before its first reading); without a probe, ``stats()`` itself."""
+        if self.probe is None:
+            return self.member.engine.stats().lag
+        s = self.probe.latest().stats
+        return [] if s is None else s.lag

@@ -42,6 +42,10 @@ member of the consumer group ``group`` on ``topic``:
   freeze, a request thread may run before the membership thread has revoked.
 * **Leaving.** ``close()`` revokes, sends LeaveGroup (Kafka reassigns at once) and stops, within
   ``close_timeout``. A member killed with SIGKILL is removed by Kafka after ``session_timeout``.
+* **State goes with the partitions.** ``held()`` (partition -> checkpoint of the partitions whose
+  state this member keeps on disk; called on kafka-python's IO thread at each join, so it must
+  answer from memory) goes into the member's subscription; when balance moves partitions, the
+  leader moves the ones a member holds state for to that member (``assignor.prefer_state``).
 * **Restarts** (``instance_id``, Kafka's static membership, KIP-345): a member that comes back
   with the same ``instance_id`` within ``session_timeout`` takes its place and gets the same
   partitions back, without moving any other. The price: kafka-python sends no LeaveGroup for a
@@ -64,7 +68,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -129,7 +133,8 @@ class Membership:
                  request_timeout: float = 10.0,
                  close_timeout: float = 5.0,
                  instance_id: str | None = None,
-                 client_id: str | None = None) -> None:
+                 client_id: str | None = None,
+                 held: Callable[[], Mapping[int, int]] | None = None) -> None:
         bootstrap = parse_bootstrap(bootstrap)
         self.topic = _check_name("topic", topic)
         self.group = _check_name("group", group)
@@ -146,7 +151,8 @@ class Membership:
                 raise InvalidConfiguration(f"{name} must be a positive number of seconds; got {value!r}")
         if instance_id is not None:
             _check_name("instance_id", instance_id)
-        for name, callback in (("on_assigned", on_assigned), ("on_revoked", on_revoked), ("on_change", on_change)):
+        for name, callback in (("on_assigned", on_assigned), ("on_revoked", on_revoked), ("on_change", on_change),
+                               ("held", held or _ignore)):
             if not callable(callback):
                 raise InvalidConfiguration(f"{name} must be callable; got {callback!r}")
         self.session_timeout = float(session_timeout)
@@ -166,7 +172,7 @@ class Membership:
         self._stopping = threading.Event()
         self._closed = False
 
-        self._assignor = OwnershipAssignor(self.advertise, self.topic)
+        self._assignor = OwnershipAssignor(self.advertise, self.topic, held)
         try:
             self._consumer = KafkaConsumer(
                 bootstrap_servers=bootstrap, client_id=client_id or f"histlog-member-{self.group}",

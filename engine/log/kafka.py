@@ -13,7 +13,8 @@
   silently turn it off), a few ms of linger so concurrent appends share a request, no
   compression; the partition is ``partition_for_key(key, partitions)``, passed explicitly.
 * Readers: consumers without a group (``group_id=None``, ``assign`` + ``seek``), no auto
-  commit, ``auto_offset_reset="none"`` (a history reader never jumps silently). The shared
+  commit, ``auto_offset_reset="none"`` (a history reader never jumps silently), and the fetch
+  settings of ``CONSUMER_TUNING``. The shared
   reader (``read``, ``end_offsets``) is replaced by a fresh consumer when an attempt fails
   retriably (a leader moved, a node restarted), within the request timeout.
 
@@ -67,6 +68,22 @@ T = TypeVar("T")
 _POLL_SLICE_S = 0.05  # kafka-python's consumer has no wakeup(): poll in short slices instead
 _SEND_BLOCK_MS = 2000  # longest a send() may block on metadata before we re-check the deadline
 _MIN_ATTEMPT_S = 1.0  # the shortest slice of the request timeout one reader attempt gets
+CONSUMER_TUNING: dict[str, Any] = {
+    "fetch_min_bytes": 1,  # the broker answers a fetch as soon as one record is there ...
+    "fetch_max_wait_ms": 200,  # ... so this bounds only the wait of an idle partition
+    "max_poll_records": 1000,  # a default: the projector and ``read`` pass their own max_records
+    "metrics_enabled": False,  # nobody reads them
+}
+"""The consumers' settings beyond ``CLIENT_TUNING``.
+
+Measured (``bench kafka``'s decision wait, issue 15): the projector's polls return every record
+there is (about 33 a poll at 64 writers, whose appends are at most 64 in flight), so neither a
+larger ``max_poll_records`` nor a larger fetch changes a step; ``fetch_min_bytes`` 4-16 KiB with
+2-3 ms of wait made fuller polls (63 records) but fewer appends/s in both rounds measured (the
+writers wait for the fuller fetch). Client metrics cost ~15% of the CPU of a fetch round trip
+(about 1,000 -> 870 µs, both threads, one record per fetch), paid by every step. What bounds the
+engine at 64 writers is the CPU per append under one interpreter lock, not the fetch: see
+bench/bench_kafka.py."""
 
 
 def _retriable(exc: BaseException) -> bool:
@@ -257,11 +274,10 @@ class KafkaLog(Log):
             auto_offset_reset="none",
             request_timeout_ms=self._request_timeout_ms,
             bootstrap_timeout_ms=max(1000, bootstrap_timeout_ms or self._request_timeout_ms),
-            fetch_max_wait_ms=200,
             max_partition_fetch_bytes=max(1024 * 1024, self._max_record_bytes),
-            max_poll_records=1000,
             allow_auto_create_topics=False,
             **CLIENT_TUNING,
+            **CONSUMER_TUNING,
         )
 
     def _tps(self) -> list[TopicPartition]:

@@ -13,8 +13,8 @@ Two sources:
   receipt, by design indistinguishable), ``conflict``, ``not_replaceable``, ``closed``,
   ``precondition_failed``, ``invalid``, ``unavailable``, ``unconfirmed`` (from the status and the
   problem's title).
-- **The engine**, read at scrape time from ``HistoryEngine.stats()`` by ``EngineCollector`` (one
-  ``stats()`` call per scrape, nothing on the request path): admission's decisions
+- **The engine**, from ``HistoryEngine.stats()`` read by ``StatsProbe`` and shown by
+  ``EngineCollector`` (nothing on the request path): admission's decisions
   ``histlog_admission_decisions_total{outcome}`` (accepted, duplicate, conflict, closed,
   precondition_failed, not_replaceable: the records decided in log order since the state was
   built, from every writer of the log; an answer the engine gave from its state without writing,
@@ -23,6 +23,16 @@ Two sources:
   ``histlog_projector_lag_seconds{partition}`` and ``histlog_poison_records_total``.
 - **Event streams** (``StreamsCollector``, over the app's ``EventHub``): ``histlog_event_streams``
   open now and ``histlog_event_streams_dropped_total`` (fell behind their buffer).
+
+**A scrape never waits on the log for long** (``StatsProbe``). ``stats()`` asks the log for its
+end offsets: on Kafka a network call, which with the broker down blocked the scrape ~30 s and
+ended in a 500. So one background thread per app reads ``stats()``; a scrape asks it for a fresh
+reading and waits at most ``STATS_WAIT_S``; otherwise it shows the last reading that succeeded,
+with ``histlog_log_reachable 0`` and its age in ``histlog_engine_stats_age_seconds`` (every
+engine metric above comes from that one reading). However many scrapes wait, there is one
+reader: a read blocked on the broker is not repeated until it returns, and a waiting scrape
+holds no thread (it waits on the event loop, ``StatsProbe.aread``). The reader exits after
+``_IDLE_S`` without a scrape (started again by the next).
 
 **Lag in seconds** is derived from the scrapes themselves: each scrape notes when it first saw
 each partition's end offset; the lag is the age of the oldest noted end offset the projector has
@@ -34,10 +44,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import contextvars
+import logging
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -49,9 +63,16 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from engine.facade import HistoryEngine
+from engine.facade import EngineStats, HistoryEngine
 
-__all__ = ["EngineCollector", "RequestMetrics", "ServiceMetrics", "StreamsCollector"]
+__all__ = ["STATS_WAIT_S", "EngineCollector", "RequestMetrics", "ServiceMetrics", "StatsProbe", "StatsReading",
+           "StreamsCollector"]
+
+log = logging.getLogger(__name__)
+
+#: The longest a scrape waits for a fresh ``stats()`` (a healthy read takes milliseconds).
+STATS_WAIT_S = 1.0
+_IDLE_S = 60.0
 
 UNMATCHED = "unmatched"
 APPEND_ROUTE = ("PUT", "/v1/conversations/{c}/appends/{a}")
@@ -61,16 +82,134 @@ _LAG_SAMPLES = 1024
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
-class EngineCollector(Collector):
-    """The engine's counters and offsets as metrics, read at each scrape (see the module)."""
+@dataclass(frozen=True, slots=True)
+class StatsReading:
+    """What a scrape shows: the last ``stats()`` that succeeded (``None`` before the first), how
+    old it is, and whether it was read for this scrape (the log answered within the bound)."""
+    stats: EngineStats | None
+    age_s: float
+    fresh: bool
 
-    def __init__(self, engine: HistoryEngine) -> None:
+
+class StatsProbe:
+    """``stats()`` read on one background thread, so a scrape waits at most ``wait_s`` (the module
+    docstring). ``read()`` asks for a fresh reading; ``latest()`` only returns the last one."""
+
+    def __init__(self, stats: Callable[[], EngineStats], *, wait_s: float = STATS_WAIT_S,
+                 idle_s: float = _IDLE_S) -> None:
+        self._stats, self.wait_s, self._idle_s = stats, wait_s, idle_s
+        self._cond = threading.Condition()
+        self._asked = 0  # readings asked for (tickets)
+        self._answered = 0  # the last ticket a finished read answered
+        self._answer_ok = False
+        self._last: EngineStats | None = None
+        self._last_at = float("-inf")
+        self._reader: threading.Thread | None = None
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        self.reads = 0
+        """``stats()`` calls made so far (one per burst of scrapes, never one per scrape waiting)."""
+
+    def read(self) -> StatsReading:
+        """A fresh reading if the log answers within ``wait_s``, else the last one (not fresh).
+        Blocks the calling thread up to ``wait_s``; on an event loop use ``aread``."""
+        with self._cond:
+            ticket = self._ask()
+            answered = self._cond.wait_for(lambda: self._answered >= ticket, self.wait_s)
+            return self._reading(answered and self._answer_ok)
+
+    async def aread(self) -> StatsReading:
+        """``read`` for a coroutine: it waits on the loop, holding no thread (so scrapes, however
+        many, never take the worker threads the server's other requests need)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        with self._cond:
+            ticket = self._ask()
+            waiter = (ticket, loop, done)
+            self._waiters.append(waiter)
+        try:
+            await asyncio.wait_for(done, self.wait_s)
+        except TimeoutError:
+            pass
+        finally:
+            with self._cond:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        with self._cond:
+            return self._reading(self._answered >= ticket and self._answer_ok)
+
+    def _ask(self) -> int:
+        """A new ticket (under ``_cond``), and the reader started if it is not running."""
+        self._asked += 1
+        if self._reader is None:
+            self._reader = threading.Thread(target=self._run, name="histlog-metrics-stats", daemon=True)
+            self._reader.start()
+        self._cond.notify_all()
+        return self._asked
+
+    def latest(self) -> StatsReading:
+        """The last reading, without asking for a new one (never blocks on the log)."""
+        with self._cond:
+            return self._reading(False)
+
+    def _reading(self, fresh: bool) -> StatsReading:
+        age = time.monotonic() - self._last_at if self._last is not None else float("inf")
+        return StatsReading(self._last, age, fresh)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._asked > self._answered, self._idle_s):
+                    self._reader = None  # idle: the next read() starts another
+                    return
+                ticket = self._asked  # one read answers every scrape waiting now
+            try:
+                stats: EngineStats | None = self._stats()
+            except Exception as exc:  # the log unreachable, the engine closed: shown as not reachable
+                log.debug("metrics: stats() failed: %s", exc)
+                stats = None
+            with self._cond:
+                self.reads += 1
+                if stats is not None:
+                    self._last, self._last_at = stats, time.monotonic()
+                self._answered, self._answer_ok = ticket, stats is not None
+                self._cond.notify_all()
+                ready = [(loop, done) for t, loop, done in self._waiters if t <= ticket]
+            for loop, done in ready:
+                with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
+                    loop.call_soon_threadsafe(_wake, done)
+
+
+def _wake(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+#: The reading a scrape already waited for (``ServiceMetrics.endpoint``), so ``EngineCollector``
+#: shows it instead of asking again (``asyncio.to_thread`` carries it to the rendering thread).
+_SCRAPE_READING: contextvars.ContextVar[StatsReading | None] = contextvars.ContextVar("histlog_scrape_reading",
+                                                                                      default=None)
+
+
+class EngineCollector(Collector):
+    """The engine's counters and offsets as metrics, from ``probe``'s reading at each scrape
+    (see the module); only ``histlog_log_reachable`` while no reading ever succeeded."""
+
+    def __init__(self, engine: HistoryEngine, probe: StatsProbe | None = None) -> None:
         self.engine = engine
+        self.probe = probe or StatsProbe(engine.stats)
         self._lock = threading.Lock()
         self._seen: dict[int, collections.deque[tuple[int, float]]] = {}
 
     def collect(self) -> Iterator[Metric]:
-        s = self.engine.stats()
+        reading = _SCRAPE_READING.get() or self.probe.read()
+        yield GaugeMetricFamily("histlog_log_reachable", "1 when this scrape read the log's end offsets within "
+                                f"{self.probe.wait_s:g} s; 0: the engine metrics are from an older reading",
+                                value=1 if reading.fresh else 0)
+        s = reading.stats
+        if s is None:
+            return
+        yield GaugeMetricFamily("histlog_engine_stats_age_seconds", "Age of the reading the engine metrics "
+                                "(offsets, lag, decisions) come from", value=reading.age_s)
         outcomes = CounterMetricFamily("histlog_admission_decisions", "Records decided by admission, by outcome",
                                        labels=["outcome"])
         for outcome, count in (("accepted", s.accepted), ("duplicate", s.duplicates), ("conflict", s.conflicts),
@@ -202,7 +341,9 @@ class ServiceMetrics:
         """Requests in flight, counted by the middleware on the loop (read at scrape time)."""
         self.in_flight.set_function(lambda: self.open_requests)
         self._series: dict[tuple[str, str, int], tuple[Histogram, Counter]] = {}
-        self.registry.register(EngineCollector(engine))
+        self.probe = StatsProbe(engine.stats)
+        """The engine's ``stats()`` as scrapes see them (other collectors read ``probe.latest()``)."""
+        self.registry.register(EngineCollector(engine, self.probe))
 
     def observe(self, method: str, route: str, status: int, seconds: float) -> None:
         """Count one answered request and time it (its series looked up once, then cached: the
@@ -223,9 +364,16 @@ class ServiceMetrics:
         return [Route("/metrics", self.endpoint, methods=["GET"], name="metrics")]
 
     async def endpoint(self, request: Request) -> Response:
-        # Off the loop: stats() asks the log for its end offsets (a network call on Kafka).
-        return Response(await asyncio.to_thread(self.scrape), media_type=CONTENT_TYPE_LATEST)
+        # The wait for the engine's numbers is on the loop (STATS_WAIT_S at most, no thread held);
+        # the rendering, which no longer waits on the log, off it.
+        token = _SCRAPE_READING.set(await self.probe.aread())
+        try:
+            body = await asyncio.to_thread(self.scrape)
+        finally:
+            _SCRAPE_READING.reset(token)
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     def scrape(self) -> bytes:
-        """The Prometheus text exposition of every metric (one engine ``stats()``)."""
+        """The Prometheus text exposition of every metric (at most one engine ``stats()``, waited
+        for ``STATS_WAIT_S`` at most)."""
         return generate_latest(self.registry)

@@ -5,7 +5,7 @@ Usage: python -m tests.integration.member_runner BOOTSTRAP TOPIC GROUP ADVERTISE
 Prints one JSON line per event on stdout (flushed), each with ``t`` = wall-clock seconds:
 ``{"event":"assigned"|"revoked","parts":[...]}``, ``{"event":"map","generation","partitions","owners"}``
 (owners keyed by partition number as a string, as ``GET /v1/cluster``), and on request
-``{"event":"stats","owned","stray","lease","rebalances"}``. Commands on stdin, one a line:
+``{"event":"stats","owned","stray","lease","rebalances","restarted_joins"}``. Commands on stdin, one a line:
 ``stats``, ``close`` (leave the group, print ``{"event":"closed"}``, exit 0). End of stdin
 closes too, so a member never outlives its test.
 """
@@ -52,7 +52,8 @@ def main() -> None:
         command = line.strip()
         if command == "stats":
             emit("stats", owned=sorted(membership.owned), stray=membership.stray_records,
-                 lease=membership.lease_valid(), rebalances=membership.rebalances)
+                 lease=membership.lease_valid(), rebalances=membership.rebalances,
+                 restarted_joins=membership.restarted_joins)
         elif command == "close":
             break
     membership.close()

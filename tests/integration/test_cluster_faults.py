@@ -11,15 +11,19 @@ the history checker (``tests/history_checker.py``) over every member's final ent
 * SIGSTOP a member past the session timeout, then SIGCONT: no answer from it is stale (each is a
   503/421, or holds every append acknowledged meanwhile by the new owners).
 * the broker stopped under load: members answer 503, nothing acknowledged is lost, all resume.
+* ``/metrics`` with the broker stopped answers within ``STATS_WAIT_S`` (plus HTTP), never 500:
+  the last reading, ``histlog_log_reachable 0`` and its age; no thread per scrape.
 """
 
 from __future__ import annotations
 
 import asyncio
+import http.client
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from urllib.parse import quote
 
@@ -27,6 +31,7 @@ import httpx
 import pytest
 
 from engine import AsyncHistoryClient, HistoryEngine
+from engine.service.metrics import STATS_WAIT_S
 from schemas.records import partition_for_key, record_key
 from tests.history_checker import AsyncRecorded, History
 from tests.integration.cluster_support import (
@@ -236,3 +241,100 @@ def test_the_broker_down_under_load_loses_nothing_and_every_member_resumes(spawn
     asyncio.run(resend_everything(history, urls))
     report = checked(history, asyncio.run(finals_of(history, urls)))
     assert not report.never_ok, f"resent appends still unacknowledged: {sorted(report.never_ok)[:5]}"
+
+
+SCRAPES = 8  # concurrent scrapes per round while the broker is down
+
+
+def _scrape(url: str) -> tuple[int, float, dict[str, float]]:
+    """``GET /metrics`` by raw HTTP: (status, seconds taken, every sample by its name and labels)."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=STATS_WAIT_S + 10)
+    started = time.monotonic()
+    try:
+        conn.request("GET", "/metrics")
+        response = conn.getresponse()
+        body = response.read().decode()
+    finally:
+        conn.close()
+    took = time.monotonic() - started
+    samples = {}
+    for line in body.splitlines():
+        name, _, value = line.rpartition(" ")
+        if line and not line.startswith("#"):
+            samples[name] = float(value)
+    return response.status, took, samples
+
+
+def _threads(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+
+
+def test_metrics_answer_within_a_bound_with_the_broker_down(spawn: Spawn, kafka_broker1: KafkaCluster) -> None:
+    (member,) = spawn(kafka_broker1.bootstrap, 1)
+    status, _, up = _scrape(member.url)
+    assert status == 200 and up["histlog_log_reachable"] == 1 and up["histlog_engine_stats_age_seconds"] < 5
+    baseline = _threads(member.pid)
+    kafka_broker1.stop()
+    try:
+        rounds = []
+        for _ in range(3):  # the first round meets the read blocked on the broker; the others wait on it too
+            with ThreadPoolExecutor(SCRAPES) as pool:
+                rounds.append(list(pool.map(_scrape, [member.url] * SCRAPES)))
+        for answers in rounds:
+            for status, took, samples in answers:
+                assert status == 200, "a scrape failed with the broker down"
+                assert took < STATS_WAIT_S + 1.0, f"a scrape took {took:.1f} s with the broker down"
+                assert samples["histlog_log_reachable"] == 0
+        slowest = max(took for answers in rounds for _, took, _ in answers)
+        print(f"\nbroker down: {SCRAPES * len(rounds)} scrapes, each answered 200 within {slowest:.2f} s")
+        last = rounds[-1][-1][2]
+        assert last["histlog_engine_stats_age_seconds"] >= 1.0, last  # the reading from before the outage
+        assert "histlog_cluster_owned_partitions" in last  # the member's own gauges too (0 once its lease lapsed)
+        assert 'histlog_log_end_offset{partition="0"}' in last  # the offsets of the last reading, still shown
+        # One reader blocked on the broker, however many scrapes: the process has not grown a
+        # thread per scrape (24 scrapes; the server's own worker pool is bounded by its size).
+        assert _threads(member.pid) <= baseline + 6, (baseline, _threads(member.pid))
+    finally:
+        kafka_broker1.start()
+    wait_until(lambda: _scrape(member.url)[2]["histlog_log_reachable"] == 1, JOIN_S,
+               "the scrape reads the log again once the broker is back")
+
+
+@pytest.mark.slow
+def test_a_member_restarted_after_its_session_expired_gets_back_the_partitions_whose_state_it_kept(
+        spawn: Spawn, kafka_bootstrap: str) -> None:
+    members = spawn(kafka_bootstrap)  # no --instance-id: a restart is a new member
+    # The owner of partition 0: kafka-python's placement alone moves a survivor's highest
+    # partitions to a newcomer, so it would give this one back none of its own (seen: {2, 5}
+    # instead of {0, 3}); with the state in the subscriptions the leader gives back these.
+    victim = next(m for m in members if 0 in m.owned())
+    survivors = [m for m in members if m is not victim]
+    had = victim.owned()
+    assert had, "a member of three on six partitions owns some"
+    conversations = conversations_on_every_partition(2)
+    history = History()
+
+    async def append_all(urls: list[str], client: int, rounds: int) -> None:
+        async with AsyncHistoryClient(urls, timeout=30.0) as c:
+            for i in range(rounds):
+                await asyncio.gather(*(AsyncRecorded(c, history, f"bot{client}").append(batch_of(client + k, i, conv))
+                                       for k, conv in enumerate(conversations)))
+
+    asyncio.run(append_all([m.url for m in members], 0, 3))
+    wait_until(lambda: all(m.ready() for m in members), CATCH_UP_S, "every member has applied the appends")
+    kept = _stats(victim)["applied_offsets"]  # its checkpoints: what its state holds at the kill
+    assert all(kept[p] > 0 for p in had), kept
+    victim.signal(signal.SIGKILL)
+    assert victim.wait() == -signal.SIGKILL
+    wait_until(lambda: whole_map(survivors), SESSION_TIMEOUT + CATCH_UP_S, "the survivors own every partition")
+    asyncio.run(append_all([m.url for m in survivors], 100, 2))  # records it has not seen
+
+    victim.start()  # the same --state and port, no --instance-id: it joins as a new member
+    wait_until(lambda: whole_map(members), JOIN_S, "the restarted member rejoins and every member agrees")
+    assert victim.owned() == had, "the leader gave the restarted member the partitions whose state it kept"
+    stats = _stats(victim)
+    for p in had:  # resumed from the checkpoint: it re-applied exactly the records appended since
+        assert stats["applied_since_open"][p] == stats["end_offsets"][p] - kept[p] > 0, (p, kept, stats)
+    checked(history, asyncio.run(finals_of(history, [m.url for m in members])))

@@ -410,3 +410,55 @@ def test_a_member_cut_off_from_kafka_stops_serving_and_serves_again_when_it_retu
         assert member.owned == {0, 1} and member.lease_valid()
     finally:
         member.close()
+
+
+def test_a_join_that_never_completes_is_started_again_as_a_new_member(kafka_bootstrap: str, topic: str) -> None:
+    """The stuck join of kafka-python 3.0.12 (docs/cluster.md), forced: the member's next join
+    task never completes (kafka-python's coordinator runs our stand-in: the real JoinGroup and
+    SyncGroup, then an hour's sleep on kafka-python's own event loop instead of returning the
+    assignment, as the stuck member did with a SyncGroup the broker had answered). The lease
+    revokes everything; after ``rebalance_timeout + session_timeout`` ``Membership._unstick``
+    drops that task and joins as a new member, which gets the partitions back."""
+    events: list[tuple[str, frozenset[int]]] = []
+    cond = threading.Condition()
+
+    def record(kind: str) -> Callable[[frozenset[int]], None]:
+        def callback(parts: frozenset[int]) -> None:
+            with cond:
+                events.append((kind, parts))
+                cond.notify_all()
+        return callback
+
+    member = Membership(kafka_bootstrap, topic, f"g-{topic}", "http://127.0.0.1:9001", session_timeout=SESSION_S,
+                        rebalance_timeout=SESSION_S,  # as ClusterMember: stuck for good after 12 s
+                        on_assigned=record("assigned"), on_revoked=record("revoked"))
+    try:
+        assert member.wait_joined(JOIN_BOUND_S) and member.owned == frozenset(range(PARTITIONS))
+        first_generation = member.map.generation
+        coordinator = member._consumer._coordinator
+        real_join = coordinator._do_join_and_sync_async
+        hung: list[float] = []
+
+        async def never_completes() -> bytes:  # the seam: the next join task, and only it, hangs
+            coordinator._do_join_and_sync_async = real_join
+            await real_join()  # JoinGroup and SyncGroup answered, as seen for real ...
+            hung.append(time.monotonic())
+            await coordinator._manager._net.sleep(3600)  # ... and the task never completes
+            raise AssertionError("unreachable within the test")
+
+        coordinator._do_join_and_sync_async = never_completes
+        coordinator.request_rejoin()
+        with cond:
+            assert cond.wait_for(lambda: events[-1][0] == "revoked", SESSION_S + REBALANCE_BOUND_S), events
+        assert hung, "the rejoin did not run the hanging join task"
+        assert member.restarted_joins == 0 and not member.lease_valid()
+        with cond:  # 12 s stuck, then a join as a new member
+            assert cond.wait_for(lambda: events[-1][0] == "assigned", 2 * SESSION_S + JOIN_BOUND_S), events
+        unstuck_after = time.monotonic() - hung[0]
+        assert member.restarted_joins == 1
+        assert member.owned == frozenset(range(PARTITIONS)) and member.lease_valid()
+        assert member.map.generation > first_generation
+        assert unstuck_after >= 2 * SESSION_S - HEARTBEAT_S  # not before the broker could have dropped it
+        print(f"\nstuck join: owned again {unstuck_after:.1f} s after the join hung")
+    finally:
+        member.close()

@@ -133,3 +133,26 @@ def test_a_state_of_layout_5_is_rebuilt_into_this_layout(tmp_path: Path, caplog:
         assert eng.stats().accepted == 3
         assert dict(eng._store.db.items()) == rows  # exactly what this layout builds
     assert "another layout" in caplog.text
+
+
+def test_a_state_of_layout_5_is_still_evidence_of_acknowledged_records(tmp_path: Path) -> None:
+    """The first open after an upgrade rebuilds a layout-5 state, but its checkpoints (the offset
+    alone, in 5) still say which records the log acknowledged: a log that lost one is refused
+    before anything is rebuilt, as with a state of this layout."""
+    from engine.log import format as fmt
+    from projections import keys
+    from schemas import CorruptLog
+    from tests.unit.test_filelog_recovery import frame_positions, truncate
+
+    with HistoryEngine.open(tmp_path, partitions=1) as eng:
+        for i in range(3):
+            eng.append(turn("c", f"a{i}", f"m{i}"))
+    store = StateStore(tmp_path / "state")
+    core = store.db.get(keys.checkpoint_key("core", 0))
+    store.db.put(keys.checkpoint_key("core", 0), core[:8])  # 5: the offset alone
+    store.db.put(keys.FORMAT_KEY, b"5")
+    store.close()
+    seg = fmt.list_segments(fmt.partition_dir(tmp_path / "log", 0))[-1][1]
+    truncate(seg, frame_positions(seg)[-1])  # the log loses its last acknowledged record
+    with pytest.raises(CorruptLog, match="expected end offset 3, found 2"):
+        HistoryEngine.open(tmp_path)

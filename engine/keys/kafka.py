@@ -1,0 +1,226 @@
+"""The Kafka key store: the compacted one-partition topic ``<topic>.keys`` (contract: ``base``;
+topic settings: ``kafka_topic``; record format: ``record``).
+
+Record key ``conversation id 0x1F key id``; value a key record, or for the *erasure marker* the
+key ``conversation id 0x1F`` (empty key id) and a marker record; a destroyed key is a tombstone
+(value null) under its record key, so compaction drops it. Per-key record keys matter: with one
+record key per conversation, compaction would keep the *last* of two racing creators' keys while
+the rule is that the *first* wins.
+
+Rules every instance applies to the partition in offset order (so all agree):
+
+* The conversation's key is its first key record that is not tombstoned and precedes its marker.
+* A key record after the marker is void (a creator racing an erasure): never used; its creator
+  tombstones it, and any instance opening the store tombstones what a crash left behind.
+
+``create`` catches up, returns the winner if there is one, else produces its key (``acks=all``,
+idempotent producer), reads the partition back up to that offset and returns the winner, which is
+its own key unless another instance got there first (then its own is tombstoned). ``get`` of an
+unknown key catches up to the end offset before answering ``KeyErased`` / ``KeyStoreDamaged``.
+``destroy`` produces the marker, reads it back, then tombstones every key record of the
+conversation. Each instance holds the live keys in memory (loaded at open by reading the topic
+from its start). Thread-safe (one lock around the clients); broker errors are ``LogUnavailable``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+
+from engine.keys.kafka_topic import DEFAULT_MAX_COMPACTION_LAG_MS, ensure_keys_topic
+from engine.keys.master import MasterKey
+from engine.keys.record import decode_record, encode_record, record_key, split_record_key
+from engine.log.kafka import _translate  # the one kafka-python -> histlog error table
+from engine.log.kafka_topic import CLIENT_TUNING
+from schemas.errors import KeyErased, KeyStoreDamaged, LogUnavailable
+from schemas.sealed import DataKey
+
+__all__ = ["KafkaKeyStore"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class KafkaKeyStore:
+    """A ``KeyStore`` on the Kafka topic ``topic`` (conventionally ``<event topic>.keys``)."""
+
+    def __init__(self, bootstrap: str, topic: str, *, master: MasterKey | None = None, create: bool = True,
+                 replication_factor: int = 1, max_compaction_lag_ms: int = DEFAULT_MAX_COMPACTION_LAG_MS,
+                 timeout_ms: int = 30_000, client_id: str = "histlog-keys") -> None:
+        self._bootstrap, self._topic, self._master = bootstrap, topic, master
+        self._timeout_ms = timeout_ms
+        self._tp = TopicPartition(topic, 0)
+        self._lock = threading.RLock()
+        self._keys: dict[str, list[DataKey]] = {}
+        self._records: dict[str, set[str]] = {}  # every key id with a live record, winners or not
+        self._markers: set[str] = set()
+        self._producer: Any = None
+        self._consumer: Any = None
+        admin = self._call("connect to Kafka (admin)", lambda: KafkaAdminClient(
+            bootstrap_servers=bootstrap, client_id=f"{client_id}-admin", request_timeout_ms=timeout_ms,
+            bootstrap_timeout_ms=timeout_ms, **CLIENT_TUNING))
+        try:
+            self._call("check the keys topic", lambda: ensure_keys_topic(
+                admin, topic=topic, bootstrap=bootstrap, create=create, replication_factor=replication_factor,
+                max_compaction_lag_ms=max_compaction_lag_ms, timeout_ms=timeout_ms))
+        finally:
+            admin.close()
+        try:
+            self._producer = self._call("connect the keys producer", lambda: KafkaProducer(
+                bootstrap_servers=bootstrap, client_id=f"{client_id}-producer", acks="all", enable_idempotence=True,
+                linger_ms=0, request_timeout_ms=timeout_ms, delivery_timeout_ms=timeout_ms + 1000,
+                max_block_ms=timeout_ms, allow_auto_create_topics=False, **CLIENT_TUNING))
+            self._consumer = self._call("connect the keys consumer", lambda: KafkaConsumer(
+                bootstrap_servers=bootstrap, client_id=f"{client_id}-reader", group_id=None,
+                enable_auto_commit=False, auto_offset_reset="earliest", request_timeout_ms=timeout_ms,
+                bootstrap_timeout_ms=timeout_ms, fetch_max_wait_ms=100, allow_auto_create_topics=False,
+                **CLIENT_TUNING))
+            self._consumer.assign([self._tp])
+            self._consumer.seek_to_beginning(self._tp)
+            with self._lock:
+                self._catch_up()
+                self._repair()
+        except BaseException:
+            self.close()
+            raise
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        try:
+            return fn()
+        except (KeyErased, KeyStoreDamaged):
+            raise
+        except Exception as exc:
+            raise _translate(exc, what, bootstrap=self._bootstrap, topic=self._topic,
+                             timeout=self._timeout_ms / 1000) from exc
+
+    def _apply(self, raw_key: bytes | None, value: bytes | None, offset: int) -> None:
+        try:
+            conv, key_id = split_record_key(raw_key or b"")
+        except (ValueError, UnicodeDecodeError):
+            raise KeyStoreDamaged(f"the record at {self._topic}@{offset} has no histlog key-store record key "
+                                  "(conversation id 0x1F key id): something else writes to the keys topic",
+                                  where=f"{self._topic}@{offset}") from None
+        if value is None:  # a tombstone: a destroyed key, or a void one tidied up
+            self._records.get(conv, set()).discard(key_id)
+            if conv in self._keys:
+                self._keys[conv] = [k for k in self._keys[conv] if k.key_id != key_id]
+            return
+        record = decode_record(value, self._master, where=f"{self._topic}@{offset}")
+        if record.key is None:
+            self._markers.add(conv)
+            self._keys.pop(conv, None)  # destroyed from here on, whatever the tombstones' progress
+            return
+        self._records.setdefault(conv, set()).add(key_id)
+        if conv not in self._markers:
+            self._keys.setdefault(conv, []).append(record.key)
+
+    def _catch_up(self, until: int | None = None) -> None:
+        """Apply records until the consumer's position reaches ``until`` (default: the end offset)."""
+        end = until if until is not None else self._call(
+            "read the keys topic's end", lambda: self._consumer.end_offsets([self._tp])[self._tp])
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        while self._call("read the keys topic", lambda: self._consumer.position(self._tp)) < end:
+            if time.monotonic() > deadline:
+                raise LogUnavailable(f"could not read the Kafka keys topic {self._topic!r} up to offset {end} "
+                                     f"within {self._timeout_ms / 1000:g} s; is the broker up? Retry later.")
+            polled = self._call("read the keys topic", lambda: self._consumer.poll(timeout_ms=200))
+            for records in polled.values():
+                for r in records:
+                    self._apply(r.key, r.value, r.offset)
+
+    def _send(self, conv: str, key_id: str, value: bytes | None) -> int:
+        future = self._call("write the keys topic", lambda: self._producer.send(
+            self._topic, key=record_key(conv, key_id), value=value, partition=0))
+        return int(self._call("write the keys topic", lambda: future.get(timeout=self._timeout_ms / 1000)).offset)
+
+    def _tombstone(self, conv: str, key_ids: set[str]) -> None:
+        for key_id in sorted(key_ids):
+            self._send(conv, key_id, None)
+
+    def _repair(self) -> None:
+        """Tombstone key records of erased conversations that a crashed destroyer or creator left."""
+        for conv in sorted(self._markers):
+            left = self._records.get(conv)
+            if left:
+                log.warning("keys topic %s: tombstoning %d key(s) of erased %r left by an interrupted destroy",
+                            self._topic, len(left), conv)
+                self._tombstone(conv, set(left))
+        self._catch_up()
+
+    # ------------------------------------------------------------------ contract
+
+    def create(self, conversation_id: str) -> DataKey:
+        with self._lock:
+            self._catch_up()
+            if conversation_id in self._markers:
+                raise KeyErased(f"conversation {conversation_id!r} was erased: it never gets a key again",
+                                conversation_id=conversation_id)
+            if self._keys.get(conversation_id):
+                return self._keys[conversation_id][0]
+            mine = DataKey.generate()
+            offset = self._send(conversation_id, mine.key_id, encode_record(conversation_id, mine, self._master))
+            self._catch_up(offset + 1)  # read our own write back: the first record wins
+            if conversation_id in self._markers:
+                self._tombstone(conversation_id, {mine.key_id})
+                raise KeyErased(f"conversation {conversation_id!r} was erased while its key was created",
+                                conversation_id=conversation_id)
+            winner = self._keys[conversation_id][0]
+            if winner.key_id != mine.key_id:
+                self._tombstone(conversation_id, {mine.key_id})  # another instance won the race
+            return winner
+
+    def get(self, conversation_id: str, key_id: str) -> DataKey:
+        with self._lock:
+            for attempt in range(2):
+                for key in self._keys.get(conversation_id, ()):
+                    if key.key_id == key_id:
+                        return key
+                if conversation_id in self._markers:
+                    raise KeyErased(f"the data key {key_id} of {conversation_id!r} was destroyed: the content is "
+                                    "erased", conversation_id=conversation_id, key_id=key_id)
+                if attempt == 0:
+                    self._catch_up()
+            raise KeyStoreDamaged(f"the keys topic {self._topic!r} has no key {key_id} for {conversation_id!r}, "
+                                  "which was never erased: it is not the keys topic the log was written with",
+                                  where=self._topic)
+
+    def destroy(self, conversation_id: str) -> None:
+        with self._lock:
+            self._catch_up()
+            if conversation_id not in self._markers:
+                offset = self._send(conversation_id, "", encode_record(conversation_id, None))
+                self._catch_up(offset + 1)
+            self._tombstone(conversation_id, set(self._records.get(conversation_id, ())))
+            self._catch_up()
+
+    def list_keys(self, conversation_id: str | None = None) -> list[tuple[str, str]]:
+        with self._lock:
+            return sorted((c, k.key_id) for c, keys in self._keys.items() for k in keys
+                          if conversation_id is None or c == conversation_id)
+
+    def erased(self, conversation_id: str) -> bool:
+        with self._lock:
+            self._catch_up()
+            return conversation_id in self._markers
+
+    def close(self) -> None:
+        for client in (self._producer, self._consumer):
+            if client is not None:
+                try:
+                    client.close()
+                except Exception:  # pragma: no cover - best effort
+                    log.debug("keys client close failed", exc_info=True)
+        self._producer = self._consumer = None
+
+    def __enter__(self) -> KafkaKeyStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
