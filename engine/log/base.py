@@ -163,10 +163,12 @@ class Log(abc.ABC):
 
     @abc.abstractmethod
     def produce(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
-                *, timeout: float = 30.0) -> Produced:
+                *, timeout: float = 30.0, lead: bool = False) -> Produced:
         """Hand one record to the log and return its handle without waiting for durability (see
         the module). Raises before enqueuing what ``append`` would refuse at once (a closed or
         fail-stopped log, a record too large); ``timeout`` bounds only an enqueue that can block.
+        ``lead=True``: the caller's thread may do the write itself (a thread that waits for the
+        record anyway; never an event loop): FileLog then leads the group commit when none runs.
         """
 
     @abc.abstractmethod

@@ -290,7 +290,7 @@ class KafkaLog(Log):
         return LogPosition(int(metadata.partition), int(metadata.offset))
 
     def produce(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
-                *, timeout: float = 30.0) -> Produced:
+                *, timeout: float = 30.0, lead: bool = False) -> Produced:
         """``send`` the record and return its handle: settled from the send's future on the
         producer's I/O thread, with the position the broker acknowledged, or with the error
         ``append`` would raise (``_send_failed``). The send itself may block on metadata or a

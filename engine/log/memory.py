@@ -55,7 +55,7 @@ class MemoryLog(Log):
         return position
 
     def produce(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
-                *, timeout: float = 30.0) -> Produced:
+                *, timeout: float = 30.0, lead: bool = False) -> Produced:
         """Store the record (it is "durable" at once) and return its settled handle."""
         hdrs: Headers = tuple((str(name), bytes(hv)) for name, hv in headers)
         partition = partition_for_key(key, self._partitions)

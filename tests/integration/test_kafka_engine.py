@@ -74,8 +74,9 @@ def test_a_decision_that_comes_before_the_brokers_acknowledgement_is_answered(
     real = engine.log.produce
     held: list[tuple[Produced, Produced]] = []
 
-    def produce(key: bytes, value: bytes, headers: Any = (), *, timeout: float = 30.0) -> Produced:
-        sent = real(key, value, headers, timeout=timeout)
+    def produce(key: bytes, value: bytes, headers: Any = (), *, timeout: float = 30.0,
+                lead: bool = False) -> Produced:
+        sent = real(key, value, headers, timeout=timeout, lead=lead)
         late = Produced(sent.partition)
         held.append((sent, late))
         return late

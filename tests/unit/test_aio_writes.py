@@ -233,10 +233,10 @@ def test_a_write_cancelled_during_its_submit_releases_its_ticket_once_the_submit
     aengine = AsyncHistoryEngine(engine)
     real, entered, proceed = engine.log.produce, threading.Event(), threading.Event()
 
-    def slow_produce(key: bytes, value: bytes, *, timeout: float = 30.0) -> Produced:
+    def slow_produce(key: bytes, value: bytes, *, timeout: float = 30.0, lead: bool = False) -> Produced:
         entered.set()
         assert proceed.wait(_BOUND)
-        return real(key, value, timeout=timeout)
+        return real(key, value, timeout=timeout, lead=lead)
 
     monkeypatch.setattr(engine.log, "produce", slow_produce)
     monkeypatch.setattr(engine.log, "produce_may_block", True)

@@ -162,6 +162,29 @@ def test_a_file_log_position_is_known_at_produce_and_the_record_visible_once_flu
             assert record.key == record_key(f"c{produced.index(p)}", "a")
 
 
+def test_produce_never_writes_on_the_callers_thread_unless_it_may_lead(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An event loop's produce (``lead=False``) only enqueues: the flusher fsyncs; a thread that
+    waits for its record anyway (``lead=True``) fsyncs itself when no group commit runs."""
+    real = os.fsync
+    fsyncs: list[str] = []
+
+    def recording_fsync(fd: int) -> None:
+        fsyncs.append(threading.current_thread().name)
+        real(fd)
+
+    with FileLog(tmp_path, 1) as log:
+        monkeypatch.setattr(os, "fsync", recording_fsync)
+        log.produce(record_key("c", "0"), b"by the flusher")
+        assert _until(lambda: log.end_offsets() == [1] and log._idle)  # written; the flusher waits for work
+        log.produce(record_key("c", "1"), b"still by the flusher", lead=False)
+        assert _until(lambda: log.end_offsets() == [2] and log._idle)
+        assert fsyncs == ["filelog-flush", "filelog-flush"]
+        log.produce(record_key("c", "2"), b"by this thread", lead=True)
+        assert log.end_offsets() == [3]  # visible on return: this thread wrote it
+        assert fsyncs[2:] == [threading.current_thread().name]
+
+
 # -- a decision before the position (Kafka-shaped) ----------------------------------------------
 def _decision(position: LogPosition) -> Decision:
     return Decision(Outcome.ACCEPTED, "d", position)
@@ -233,7 +256,7 @@ class _LateAcks(MemoryLog):
         self.unacknowledged: list[tuple[Produced, LogPosition]] = []
 
     def produce(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
-                *, timeout: float = 30.0) -> Produced:
+                *, timeout: float = 30.0, lead: bool = False) -> Produced:
         stored = super().produce(key, value, headers)
         assert stored.position is not None
         late = Produced(stored.partition)

@@ -58,8 +58,8 @@ def _late(engine: HistoryEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     before): the writer then learns its position after the projector published its decision."""
     real = engine.log.produce
 
-    def produce(key: bytes, value: bytes, *, timeout: float = 30.0) -> Produced:
-        produced = real(key, value, timeout=timeout)
+    def produce(key: bytes, value: bytes, *, timeout: float = 30.0, lead: bool = False) -> Produced:
+        produced = real(key, value, timeout=timeout, lead=lead)
         assert engine.catch_up(timeout=30)
         return produced
 
