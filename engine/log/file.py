@@ -1,4 +1,4 @@
-"""``FileLog``: the embedded, durable, group-committed log in a directory. Long (≈600 lines)
+"""``FileLog``: the embedded, durable, group-committed log in a directory. Long (≈620 lines)
 because group commit, visibility, fail-stop and reads share one lock and one set of offsets:
 split, one invariant would span modules. Creation and recovery policy are in ``layout.py`` and
 ``recovery.py``, ``meta.json`` in ``meta.py``, the waiting cursor in ``cursor.py``, the frame
