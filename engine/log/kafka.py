@@ -189,6 +189,7 @@ class KafkaLog(Log):
             max_request_size=self._max_record_bytes,
             bootstrap_timeout_ms=self._request_timeout_ms,
             allow_auto_create_topics=False,
+            metrics_enabled=False,  # nobody reads them (as the consumers: CONSUMER_TUNING)
             **CLIENT_TUNING,
         ))
         # Load the topic's metadata now so that the first append does not block on it.
