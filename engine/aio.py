@@ -6,21 +6,19 @@ where each step runs.
 
 **Writes** (``append``, ``replace_turn``, ``clear``) are the facade's two halves:
 
-* the *submit* (validate, fast path from local state, take the ticket, append to the log) is
-  blocking I/O, so it runs on the engine's bounded submit pool (``engine.writes.Writes.submitter``,
-  ``SUBMIT_THREADS`` = 32 threads, whatever the number of writes in flight). It holds a thread
-  for about one log append: FileLog with ``fsync="always"`` waits for the group-committed
-  write+fsync that covers the record (measured on the development VM: about 1 ms alone, a few
-  ms under 64 writers), Kafka for the broker's acknowledgement; a fast-path answer (a retry, a
-  closed conversation) takes some tens of microseconds. The pool is as wide as a useful group
-  commit: concurrent appends share one fsync, and the loop's default executor (e.g. 4 threads)
-  made 4-record groups and half the appends/s of 64 writer threads.
+* the *submit* (validate, fast path from local state, take the ticket, produce the record:
+  ``Log.produce``, which does not wait for durability) runs **on the loop** when the log's
+  ``produce`` cannot block (FileLog, MemoryLog: RocksDB point reads of some microseconds plus
+  an enqueue; the group commit runs on the log's flusher thread). Kafka's ``send`` can block on
+  metadata or a full buffer, so there the submit runs on the engine's bounded submit pool
+  (``engine.writes.Writes.submitter``, ``SUBMIT_THREADS`` = 32 threads), holding a thread for
+  the send only, never for the acknowledgement.
 * the *wait* for the projector's decision holds no thread: it awaits ``Ticket.watch``, a future
   the projector resolves through ``call_soon_threadsafe`` after the step that decides the
-  record is committed. So 1,000 appends in flight hold at most the pool's threads (in their
-  submits), never one each; the wait is bounded by ``timeout`` (then ``CommitUnconfirmed``, as
-  on the thread face), and a timed-out or cancelled write releases its ticket (one cancelled
-  during its submit: once the submit ends).
+  record is committed (or the log's error, at once, when the write fails). So 1,000 appends
+  in flight hold no thread on FileLog and at most the pool's on Kafka; the wait is bounded by
+  ``timeout`` (then ``CommitUnconfirmed``, as on the thread face), and a timed-out or cancelled
+  write releases its ticket (one cancelled during a pooled submit: once the submit ends).
 
 **Reads** whose cost is small and bounded by their arguments run on the loop itself: ``window``
 and ``entries`` asked for at most ``INLINE_MESSAGES`` messages, ``measure`` (two point reads),
@@ -92,23 +90,28 @@ class AsyncHistoryEngine:
         self.engine = engine
 
     async def _write(self, submit: Callable[[], Submitted]) -> Receipt | None:
-        """Run the submit on a worker thread, then await the decision on the loop."""
-        job = asyncio.get_running_loop().run_in_executor(self.engine._writes.submitter(), submit)
-        try:
-            submitted = await asyncio.shield(job)
-        except asyncio.CancelledError:
-            job.add_done_callback(_release_abandoned)
-            raise
+        """Run the submit (on the loop, or on a worker thread when producing may block), then
+        await the decision on the loop."""
+        writes = self.engine._writes
+        if writes.inline_submit:
+            submitted = submit()
+        else:
+            job = asyncio.get_running_loop().run_in_executor(writes.submitter(), submit)
+            try:
+                submitted = await asyncio.shield(job)
+            except asyncio.CancelledError:
+                job.add_done_callback(_release_abandoned)
+                raise
         if not isinstance(submitted, Written):
             return submitted
         try:
             try:
-                decision = await asyncio.wait_for(submitted.ticket.watch(submitted.position), submitted.remaining())
+                decision = await asyncio.wait_for(submitted.ticket.watch(), submitted.remaining())
             except TimeoutError:
                 decision = None
             except StateUnavailable as e:
-                return self.engine._writes.conclude(submitted, None, e)
-            return self.engine._writes.conclude(submitted, decision)
+                return writes.conclude(submitted, None, e)
+            return writes.conclude(submitted, decision)
         finally:
             submitted.ticket.release()
 

@@ -1,12 +1,14 @@
 """The write path of ``HistoryEngine``: a write is a short synchronous *submit* (validate, the
-admission pre-check on local state, take a ticket, produce the record to the log) and then the
-wait for the projector's decision. The thread face waits on the ticket (``settle``); the asyncio
-face (``engine.aio``) awaits ``Ticket.watch``; both end in ``conclude``, so each rule has one
-home, and the facade keeps only the documented methods.
+admission pre-check on local state, take a ticket, produce the record to the log without waiting
+for it: ``Log.produce``) and then the one wait of the write, for the projector's decision (a
+decision implies the record was visible, which implies it is durable). The thread face waits
+on the ticket (``settle``); the asyncio face (``engine.aio``) awaits ``Ticket.watch``; both end
+in ``conclude``, so each rule has one home, and the facade keeps only the documented methods.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +24,7 @@ from projections.reads import Reads
 from projections.runtime import Projector
 from projections.store import StateStore
 from schemas.batch import Batch, Receipt
-from schemas.errors import CommitUnconfirmed, CorruptLog, InvalidBatch, StateUnavailable
+from schemas.errors import CommitUnconfirmed, CorruptLog, InvalidBatch, LogUnavailable, StateUnavailable
 from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event
 from schemas.ids import ConversationID
 from schemas.messages import starts_turn
@@ -33,8 +35,9 @@ from schemas.times import now_ms
 __all__ = ["SUBMIT_THREADS", "Submitted", "Writes", "Written", "receipt_of"]
 
 SUBMIT_THREADS = 32
-"""At most this many threads run the submits of an event loop's writes (``engine.aio``): each
-for about one log append; none waits for a decision."""
+"""At most this many threads run the submits of an event loop's writes (``engine.aio``) when the
+log's ``produce`` may block (Kafka): each for about one send; none waits for an acknowledgement
+or a decision. On FileLog the loop runs its submits itself and this pool is never made."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,7 @@ class Written:
     write's submit hands to the face that waits (a thread, or an event loop)."""
 
     ticket: Ticket
-    position: LogPosition
+    partition: int
     deadline: float  # time.monotonic() by which the decision must be known
     timeout: float
     batch: Batch | None  # None: a clear
@@ -52,6 +55,15 @@ class Written:
 
     def remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
+
+    @property
+    def position(self) -> LogPosition | None:
+        """Where the record is, once the log told (Kafka: on its acknowledgement)."""
+        return self.ticket.position
+
+    def where(self) -> str:
+        position = self.position
+        return f"at {position}" if position is not None else f"to partition {self.partition} (not yet acknowledged)"
 
 
 Submitted = Receipt | Written | None
@@ -62,6 +74,16 @@ on, or None (a clear of a conversation already closed)."""
 def receipt_of(outcome: Receipt | None) -> Receipt:
     assert outcome is not None  # Invariant: a batch's write concludes with its receipt or raises.
     return outcome
+
+
+def _on_loop() -> bool:
+    """Whether this thread runs an event loop: its writes must never do the log's I/O (a thread
+    that will wait for its decision anyway may lead the group commit: one hand-off less)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _now_ms() -> int:
@@ -140,26 +162,32 @@ class Writes:
         return self._produce(record_key(c), encode_event(event), timeout, None, f"clear of {str(c)!r}",
                              "call clear again")
 
+    @property
+    def inline_submit(self) -> bool:
+        """Whether an event loop may run a submit itself: the log's ``produce`` never blocks
+        (FileLog, MemoryLog), so a submit is point reads of local state plus an enqueue."""
+        return not self._log.produce_may_block
+
     def _produce(self, key: bytes, value: bytes, timeout: float, batch: Batch | None, what: str,
                  then: str) -> Written:
-        """Take the ticket, then append the record: the ticket is released here if the append
-        raises, else by whoever waits on the returned ``Written``."""
+        """Take the ticket, then produce the record and let the ticket follow it (its position,
+        its write's failure): the ticket is released here if the produce raises, else by
+        whoever waits on the returned ``Written``."""
         deadline = time.monotonic() + timeout
         ticket = self._projector.expect(key, batch)
         try:
             self._projector.check_owned(key)  # a revoke begun before the ticket was taken: do not write
-            position = self._log.append(key, value, timeout=timeout)
+            produced = self._log.produce(key, value, timeout=timeout, lead=not _on_loop())
+            ticket.follow(produced)
         except BaseException:
             ticket.release()
             raise
-        return Written(ticket, position, deadline, timeout, batch, what, then)
+        return Written(ticket, produced.partition, deadline, timeout, batch, what, then)
 
     def submitter(self) -> Executor:
-        """The bounded pool that runs an event loop's submits (``engine.aio``), made on first use
-        and shut down by ``close``. Its size is the width of a group commit: concurrent log
-        appends share one write+fsync, so with fewer threads than writers in flight each fsync
-        covers fewer records (measured: 4 threads made 4-record groups and half the appends/s of
-        64 writer threads)."""
+        """The bounded pool that runs an event loop's submits (``engine.aio``) when the log's
+        ``produce`` may block (Kafka: metadata, a full buffer), made on first use and shut down
+        by ``close``. A submit holds a thread only for the send, not for the acknowledgement."""
         with self._lock:
             if self._submitters is None:
                 self._submitters = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="histlog-submit")
@@ -171,8 +199,8 @@ class Writes:
             return submitted
         try:
             try:
-                given_up = self._projector.partition_state(submitted.position.partition) == "not_owned"
-                decision = None if given_up else submitted.ticket.wait(submitted.position, submitted.remaining())
+                given_up = self._projector.partition_state(submitted.partition) == "not_owned"
+                decision = None if given_up else submitted.ticket.wait(None, submitted.remaining())
             except StateUnavailable as e:
                 return self.conclude(submitted, None, e)
             return self.conclude(submitted, decision)
@@ -184,24 +212,26 @@ class Writes:
         """The outcome of our own record at ``written.position``: its receipt or refusal (None
         for a clear). Once it is written, an outcome not known in time (a timeout, a stopped,
         failed or closed projector) is ``CommitUnconfirmed``, never a plain failure."""
-        what, then, position = written.what, written.then, written.position
+        what, then, where, p = written.what, written.then, written.where(), written.partition
         if failure is not None:
             raise CommitUnconfirmed(
-                f"{what} was written at {position}, but the state store failed before deciding it ({failure}); "
+                f"{what} was written {where}, but the state store failed before deciding it ({failure}); "
                 f"{then} once the engine is reopened") from self._projector.failure or failure
         if decision is None:
-            if self._projector.partition_state(position.partition) == "not_owned":
-                raise CommitUnconfirmed(f"{what} was written at {position}, but this engine gave partition "
-                                        f"{position.partition} up before deciding it; {then} to the partition's "
-                                        "owner")
+            if self._projector.partition_state(p) == "not_owned":
+                raise CommitUnconfirmed(f"{what} was written {where}, but this engine gave partition "
+                                        f"{p} up before deciding it; {then} to the partition's owner")
             if self._is_closed():
-                raise CommitUnconfirmed(f"{what} was written at {position}, but this engine was closed before "
+                raise CommitUnconfirmed(f"{what} was written {where}, but this engine was closed before "
                                         f"deciding it; {then} once the engine is reopened")
-            raise CommitUnconfirmed(f"{what} was written at {position} but not decided within {written.timeout}s; "
+            if written.position is None:  # what a blocking append raised when not acknowledged in time
+                raise LogUnavailable(f"{what} was sent {where} but the log did not acknowledge it within "
+                                     f"{written.timeout}s; its outcome is unknown: {then}")
+            raise CommitUnconfirmed(f"{what} was written {where} but not decided within {written.timeout}s; "
                                     f"{then}")
         if written.batch is None:
             return None
-        return self._answer(written.batch, decision, position)
+        return self._answer(written.batch, decision, written.position)
 
     def _answer(self, batch: Batch, decision: Decision, position: LogPosition | None) -> Receipt:
         receipt = answer(batch, decision)  # raises the refusals

@@ -3,10 +3,14 @@ accepted events to subscribers.
 
 **Tickets.** A writer takes a ``Ticket`` for its record key *before* it produces the record;
 from then on the projector hands the ticket the decision of every record under that key it
-applies (its own, and the rare identical retry or conflict from elsewhere). After the append
-returns the position, ``Ticket.wait(position)`` answers from what the ticket holds, so a
-projector that applied the record before the writer looked cannot make the decision
-"forgotten": there is no cache to evict it from. A ticket lives as long as one write (the
+applies (its own, and the rare identical retry or conflict from elsewhere). The ticket learns
+where its own record is from the log's handle (``Ticket.follow``: at once on FileLog, on the
+broker's acknowledgement on Kafka, which can come after the projector decided the record) and
+settles when it holds both, so a decision that arrives before the position, or before the
+writer looks, cannot be "forgotten": there is no cache to evict it from. The writer waits only
+for that (a decision implies its record was visible, which implies durable): one wait per
+write. The log's failure of the write (a fail-stopped flush, a send not acknowledged) settles
+the ticket at once with the log's error. A ticket lives as long as one write (the
 writer's ``with`` block, or until ``release``), so what it holds is bounded by the records
 under one key written meanwhile; nothing is kept for positions no writer of this process waits on.
 
@@ -34,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
+from typing import Any, Protocol
 
 from projections.admission import Decision
 from projections.events import ProjectedEvent
@@ -52,75 +57,143 @@ _Wake = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Decision | None]", "Dec
 """A watched future and its outcome: a decision, None (undecided: stopped), or the failure."""
 
 
+class Produced(Protocol):
+    """What a ticket needs of the log's handle for its record (``engine.log.base.Produced``)."""
+
+    @property
+    def position(self) -> LogPosition | None: ...
+    @property
+    def error(self) -> Exception | None: ...
+    def notify(self, fn: Callable[[Any], object]) -> None: ...
+
+
 class Ticket:
     """One writer's claim on the decisions of the records under its key (see the module).
 
-    Two ways to wait for the decision of the writer's own record, with the same answers:
-    ``wait`` parks the calling thread on a condition; ``watch`` parks nothing: it returns an
-    asyncio future that the projector resolves, after the step that decides the record is
-    committed, through the future's loop (``call_soon_threadsafe``). ``release`` (or the end of
+    The writer's own record is the one at ``position``: told by ``follow`` (the log's handle:
+    at once for FileLog, on the acknowledgement for Kafka, which may come after the decision)
+    or by ``wait``/``watch``. The ticket *settles* once, on the first of: the decision of its
+    own record (known position and decision both held), the write's failure (the log's error,
+    at once), the projector's failure, the projector's stop, or its partition given up.
+
+    Two ways to wait, with the same answers: ``wait`` parks the calling thread on the ticket's
+    own gate (a lock released once, when it settles: one wake-up, no shared condition);
+    ``watch`` parks nothing: it returns an asyncio future that the projector resolves, after
+    the step that decides the record is committed, through the future's loop
+    (``call_soon_threadsafe``, one per loop and step). ``release`` (or the end of
     ``Deliveries.ticket``'s ``with`` block) gives the ticket back; a released ticket gets nothing.
     """
 
-    __slots__ = ("_abandoned", "_cond", "_decisions", "_on_release", "_owner", "_released", "_watch", "key")
+    __slots__ = ("_abandoned", "_decisions", "_gate", "_on_release", "_outcome", "_owner", "_position",
+                 "_released", "_settled", "_watch", "key")
 
     def __init__(self, owner: Deliveries, key: bytes, on_release: Callable[[], object] | None = None) -> None:
         self._owner = owner
-        self._cond = threading.Condition(owner._lock)
         self._decisions: dict[LogPosition, Decision] = {}
-        self._watch: tuple[LogPosition, asyncio.AbstractEventLoop, asyncio.Future[Decision | None]] | None = None
+        self._position: LogPosition | None = None
+        self._gate = threading.Lock()
+        self._gate.acquire()  # released once, when the ticket settles
+        self._settled = False
+        self._outcome: Decision | Failure | None = None
+        self._watch: tuple[asyncio.AbstractEventLoop, asyncio.Future[Decision | None]] | None = None
         self._on_release = on_release
         self._released = False
         self._abandoned = False  # its partition was given up: nothing more will be decided here
         self.key = key
 
-    def wait(self, position: LogPosition, timeout: float) -> Decision | None:
-        """The decision for ``position`` (a record under this ticket's key), or None when it is
-        not decided within ``timeout`` seconds or the projector stopped first. Raises the
-        projector's failure."""
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while True:
+    @property
+    def position(self) -> LogPosition | None:
+        """Where the writer's own record is, once known."""
+        return self._position
+
+    def follow(self, produced: Produced) -> None:
+        """The writer's own record is the one ``produced`` stands for: its position now if the
+        log knows it, else from the log's acknowledgement; the write's error settles the
+        ticket at once (any thread may run this callback: it only takes the owner's lock)."""
+        if produced.position is not None:
+            self._aim(produced.position)
+        produced.notify(self._produced)
+
+    def _produced(self, produced: Produced) -> None:
+        error = produced.error
+        if error is None:
+            if produced.position is not None:
+                self._aim(produced.position)
+            return
+        wakes: list[_Wake] = []
+        with self._owner._lock:
+            self._settle_locked(lambda: _as_history_error(error), wakes)
+        _wake(wakes)
+
+    def _aim(self, position: LogPosition) -> None:
+        wakes: list[_Wake] = []
+        with self._owner._lock:
+            if self._position is None:
+                self._position = position
                 decision = self._decisions.get(position)
                 if decision is not None:
-                    return decision
-                if self._owner._failure is not None:
-                    raise self._owner._failure()
-                remaining = deadline - time.monotonic()
-                if self._owner._stopped or self._abandoned or remaining <= 0:
-                    return None
-                self._cond.wait(remaining)
+                    self._settle_locked(decision, wakes)
+        _wake(wakes)
 
-    def watch(self, position: LogPosition) -> asyncio.Future[Decision | None]:
+    def wait(self, position: LogPosition | None = None, timeout: float = 30.0) -> Decision | None:
+        """The decision for the writer's own record (``position``, when ``follow`` did not tell
+        it), or None when it is not decided within ``timeout`` seconds or the projector stopped
+        first. Raises the projector's failure, or the write's. Another position (a record under
+        the same key) is only looked up, not waited for."""
+        if position is not None:
+            if self._position is None:
+                self._aim(position)
+            elif position != self._position:
+                with self._owner._lock:
+                    return self._decisions.get(position)
+        if not self._gate.acquire(timeout=max(timeout, 0.0)):
+            return None  # not settled in time
+        self._gate.release()  # open for good: every later wait passes at once
+        outcome = self._outcome  # set before the gate was opened (under the owner's lock)
+        if outcome is None or isinstance(outcome, Decision):
+            return outcome
+        raise outcome()
+
+    def watch(self, position: LogPosition | None = None) -> asyncio.Future[Decision | None]:
         """``wait`` without a thread: a future of the running loop (call it from the loop) that
-        gets the decision for ``position``, None once the projector stopped undecided, or the
-        projector's failure as its exception. No timeout here: the caller bounds its ``await``
-        (``asyncio.wait_for``) and then releases the ticket; a future cancelled meanwhile is
-        left alone."""
+        gets the decision, None once the projector stopped undecided, or the failure as its
+        exception. No timeout here: the caller bounds its ``await`` (``asyncio.wait_for``) and
+        then releases the ticket; a future cancelled meanwhile is left alone."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Decision | None] = loop.create_future()
+        if position is not None and self._position is None:
+            self._aim(position)
         with self._owner._lock:
-            decision = self._decisions.get(position)
-            if decision is not None:
-                future.set_result(decision)
-            elif self._owner._failure is not None:
-                future.set_exception(self._owner._failure())
-            elif self._owner._stopped or self._abandoned:
-                future.set_result(None)
-            else:
-                self._watch = (position, loop, future)
+            settled, outcome = self._settled, self._outcome
+            if not settled:
+                self._watch = (loop, future)
+        if settled:
+            _settle([(future, outcome)])
         return future
 
     def release(self) -> None:
         """Give the ticket back (idempotent): the projector no longer hands it decisions."""
         self._owner._release(self)
 
-    def _end_locked(self, outcome: Failure | None, out: list[_Wake]) -> None:
-        """Under the owner's lock, the projector stopped: a watched future gets ``outcome``."""
-        self._cond.notify_all()
+    def _settle_locked(self, outcome: Decision | Failure | None, out: list[_Wake]) -> None:
+        """Under the owner's lock: the ticket's answer, once; its waiter is woken (one release
+        of its gate, or its watched future handed to ``out`` for its loop)."""
+        if self._settled:
+            return
+        self._settled = True
+        self._outcome = outcome
+        self._gate.release()
         watch, self._watch = self._watch, None
         if watch is not None:
-            out.append((watch[1], watch[2], outcome))
+            out.append((watch[0], watch[1], outcome))
+
+
+def _as_history_error(error: Exception) -> HistoryError:
+    if isinstance(error, HistoryError):
+        return error
+    wrapped = HistoryError(f"the log failed to write the record: {error!r}")
+    wrapped.__cause__ = error
+    return wrapped
 
 
 _Settle = tuple["asyncio.Future[Decision | None]", "Decision | Failure | None"]
@@ -265,8 +338,11 @@ class Deliveries:
         """A ticket for the records under ``key`` until ``Ticket.release()`` (take it before
         producing the record); ``on_release`` runs once, when it is released."""
         ticket = Ticket(self, key, on_release)
+        wakes: list[_Wake] = []
         with self._lock:
             self._tickets.setdefault(key, []).append(ticket)
+            if self._failure is not None or self._stopped:  # nothing will be decided: answer at once
+                ticket._settle_locked(self._failure, wakes)
         return ticket
 
     @contextlib.contextmanager
@@ -324,11 +400,8 @@ class Deliveries:
                 for position, key, decision in decided:
                     for ticket in self._tickets.get(key, ()):
                         ticket._decisions[position] = decision
-                        ticket._cond.notify_all()
-                        watch = ticket._watch
-                        if watch is not None and watch[0] == position:
-                            ticket._watch = None
-                            wakes.append((watch[1], watch[2], decision))
+                        if ticket._position == position:
+                            ticket._settle_locked(decision, wakes)
             if any(s._closed for s in self._subscriptions):
                 self._subscriptions = [s for s in self._subscriptions if not s._closed]
             subscriptions = list(self._subscriptions) if events else []
@@ -345,7 +418,7 @@ class Deliveries:
                 if gone(key):
                     for ticket in waiting:
                         ticket._abandoned = True
-                        ticket._end_locked(None, wakes)
+                        ticket._settle_locked(None, wakes)
         _wake(wakes)
 
     def fail(self, failure: Failure) -> None:
@@ -372,6 +445,6 @@ class Deliveries:
     def _end_all(self, outcome: Failure | None, wakes: list[_Wake]) -> list[Subscription]:
         for waiting in self._tickets.values():
             for ticket in waiting:
-                ticket._end_locked(outcome, wakes)
+                ticket._settle_locked(outcome, wakes)
         subscriptions, self._subscriptions = self._subscriptions, []
         return subscriptions

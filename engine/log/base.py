@@ -5,6 +5,14 @@ A log is partitioned and append-only. Promises, checked by ``tests/conformance/l
 * ``append`` returns only once the record is durable by the backend's policy (FileLog with
   ``fsync="always"``: on disk; Kafka: acknowledged by all in-sync replicas). The returned
   ``LogPosition`` is where the record is and will stay.
+* ``produce`` hands a record to the log without waiting for it: it returns a ``Produced``
+  handle at once (after at most ``timeout`` seconds for backends whose enqueue can block:
+  ``produce_may_block``). The record is durable when a reader sees it (FileLog makes a record
+  visible only once its write+fsync returned; Kafka's readers see only acknowledged records),
+  so a writer that waits for its record to be read (histlog's decision) waits once. The handle
+  says where the record is (FileLog: known at once; Kafka: once acknowledged) and answers
+  ``error`` at once when the write fail-stops or is not acknowledged. ``append`` is ``produce``
+  plus the wait for durability.
 * Offsets in a partition are dense from 0 for FileLog/MemoryLog; Kafka's may have gaps
   (transaction markers), so readers always continue from ``record.offset + 1``.
 * Records of one partition are read back in offset order, byte-identical (key, value, headers).
@@ -21,13 +29,15 @@ A log is partitioned and append-only. Promises, checked by ``tests/conformance/l
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from schemas.positions import LogPosition
 from schemas.records import KEY_SEPARATOR, partition_for_key, record_key
 
-__all__ = ["KEY_SEPARATOR", "Headers", "Log", "LogCursor", "Record", "partition_for_key", "record_key"]
+__all__ = ["KEY_SEPARATOR", "Headers", "Log", "LogCursor", "Produced", "Record", "partition_for_key",
+           "record_key"]
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -46,6 +56,62 @@ class Record:
     @property
     def position(self) -> LogPosition:
         return LogPosition(self.partition, self.offset)
+
+
+class Produced:
+    """A record handed to a log by ``Log.produce``: where it is, once known, or why it may not be.
+
+    ``position`` is set at once by a log that assigns it on enqueue (FileLog, MemoryLog) and by
+    the acknowledgement otherwise (Kafka, on the client's I/O thread). ``error`` (a
+    ``HistoryError``, the one a blocking ``append`` would raise) is set when the write
+    fail-stopped or was not acknowledged: the record's fate is then unknown. A handle is
+    *settled* once the log has said its last word on it (an acknowledgement or an error);
+    a FileLog record that was written says nothing (its durability shows as its visibility).
+
+    ``notify(fn)`` calls ``fn(handle)`` once, when it settles (at once, on the calling thread,
+    if it has): on the thread that settles it (Kafka's I/O thread, FileLog's flusher), so
+    ``fn`` must be short and must not block.
+    """
+
+    __slots__ = ("_error", "_lock", "_position", "_settled", "_watchers", "partition")
+
+    def __init__(self, partition: int, position: LogPosition | None = None) -> None:
+        self.partition = partition
+        self._position = position
+        self._error: Exception | None = None
+        self._settled = False
+        self._watchers: list[Callable[[Produced], object]] = []
+        self._lock = threading.Lock()
+
+    @property
+    def position(self) -> LogPosition | None:
+        return self._position
+
+    @property
+    def error(self) -> Exception | None:
+        return self._error
+
+    def notify(self, fn: Callable[[Produced], object]) -> None:
+        with self._lock:
+            if not self._settled:
+                self._watchers.append(fn)
+                return
+        fn(self)
+
+    def settle(self, position: LogPosition | None = None, error: Exception | None = None) -> None:
+        """The log's last word (the log calls this): acknowledged at ``position``, or ``error``.
+        Only the first call counts."""
+        with self._lock:
+            if self._settled:
+                return
+            self._settled = True
+            if error is not None:
+                self._error = error
+            elif position is not None:
+                self._position = position
+            watchers, self._watchers = self._watchers, []
+        for fn in watchers:
+            fn(self)
 
 
 class LogCursor(abc.ABC):
@@ -83,12 +149,26 @@ class Log(abc.ABC):
     @abc.abstractmethod
     def partitions(self) -> int: ...
 
+    produce_may_block: bool = True
+    """Whether ``produce`` may block its caller on I/O (Kafka: metadata, a full buffer), so that
+    an event loop must call it from a thread. False for FileLog and MemoryLog."""
+
     @abc.abstractmethod
     def append(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
                *, timeout: float = 30.0) -> LogPosition:
         """Append one record durably and return its position (partition from ``key``).
 
         Raises ``LogUnavailable`` when the backend cannot take it within ``timeout``.
+        """
+
+    @abc.abstractmethod
+    def produce(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
+                *, timeout: float = 30.0, lead: bool = False) -> Produced:
+        """Hand one record to the log and return its handle without waiting for durability (see
+        the module). Raises before enqueuing what ``append`` would refuse at once (a closed or
+        fail-stopped log, a record too large); ``timeout`` bounds only an enqueue that can block.
+        ``lead=True``: the caller's thread may do the write itself (a thread that waits for the
+        record anyway; never an event loop): FileLog then leads the group commit when none runs.
         """
 
     @abc.abstractmethod

@@ -1,4 +1,4 @@
-"""``FileLog``: the embedded, durable, group-committed log in a directory. Long (≈540 lines)
+"""``FileLog``: the embedded, durable, group-committed log in a directory. Long (≈620 lines)
 because group commit, visibility, fail-stop and reads share one lock and one set of offsets:
 split, one invariant would span modules. Creation and recovery policy are in ``layout.py`` and
 ``recovery.py``, ``meta.json`` in ``meta.py``, the waiting cursor in ``cursor.py``, the frame
@@ -17,15 +17,24 @@ Promises:
   its record has returned, so a returned position survives kill -9 and power loss.
   ``"interval"``: a background thread fsyncs every ``fsync_interval_ms``; returned appends
   survive kill -9, not power loss. ``"never"``: the OS decides.
-* **Group commit.** Concurrent appends share writes and fsyncs (leader/follower: the first
-  waiting appender writes and fsyncs every record queued so far, the others wait on a
-  condition for the fsync that covers theirs).
+* **Group commit.** Records are queued under the lock with their offsets (``produce``); one
+  group commit at a time writes and fsyncs everything queued so far. It is led by the enqueuing
+  thread when that thread may block (``append``, ``produce(lead=True)``: a thread that waits for
+  its record anyway) and no group commit runs; otherwise by the flusher thread (started on the
+  first record), which takes what arrived during a group as the next one and sleeps only when
+  nothing is queued: woken at most once per group, never once per record. After each group the
+  readers (the projector's cursor) are woken once. ``produce()`` never waits for I/O (an event
+  loop may call it); ``append`` waits on a condition for the write that covers its record.
+  Measured on the 2-core VM (context switches per durable engine append, all threads): the
+  flusher alone took 19.6 at 1 writer (10.2 before: the hand-off to it and its interpreter-lock
+  waits) and 6 at 16 writers (11); with the idle-time lead by the enqueuer, 9.8 and 6.2.
 * **Visibility.** ``read``, ``end_offsets`` and cursors see a record once the write+fsync
   its append waited on has returned (with ``"interval"``/``"never"``: once written), so a
   reader never sees a record that could vanish in a kill -9 (or, with ``"always"``, a power loss).
 * **Fail-stop.** If a write or fsync raises, the fate of the records in flight is unknown:
   that append and every later one raise ``LogUnavailable`` until the log is closed and
-  reopened (recovery then decides from the bytes on disk). Nothing is retried.
+  reopened (recovery then decides from the bytes on disk), and every produced record not yet
+  visible gets that error on its handle at once (``Produced.error``). Nothing is retried.
 * **Creation is crash-safe** (``engine.log.layout``): every partition directory and its
   empty first segment are durable before ``meta.json`` is renamed into place, so a log with
   ``meta.json`` and a missing partition directory or no segment files lost data:
@@ -64,7 +73,7 @@ from typing import Literal
 
 from engine.log import format as fmt
 from engine.log import layout, meta
-from engine.log.base import Headers, Log, LogCursor, Record
+from engine.log.base import Headers, Log, LogCursor, Produced, Record
 from engine.log.cursor import ConditionCursor
 from engine.log.recovery import NO_LOG, LostRecords, Plan, Recovery, RecoveryCut, Segment
 from engine.log.segment import SegmentWriter, fsync_dir, truncate_file
@@ -107,6 +116,7 @@ class _Pending:
     position: int
     offset: int
     frame: bytes
+    produced: Produced
 
 
 def _evidence(acknowledged: Sequence[int] | None) -> list[int] | None:
@@ -165,6 +175,10 @@ class FileLog(Log):
 
         self._lock = threading.Lock()
         self._committed = threading.Condition(self._lock)  # appenders wait for their fsync
+        self._work = threading.Condition(self._lock)  # the flusher waits for queued records
+        self._flusher: threading.Thread | None = None
+        self._idle = False  # the flusher waits on ``_work`` (notify it)
+        self._retire = False  # the flusher ends once nothing is queued (close)
         self._arrival = threading.Condition(self._lock)  # cursors wait for visible records
         self._closed = False
         self._failed: BaseException | None = None
@@ -277,13 +291,38 @@ class FileLog(Log):
     def partitions(self) -> int:
         return self._partitions
 
+    produce_may_block = False
+
+    def produce(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
+                *, timeout: float = 30.0, lead: bool = False) -> Produced:
+        """Queue the record and return its handle (its position is known now). Visible to
+        readers once durable (see the module docstring). ``lead=False`` never waits for I/O (the
+        flusher writes it); ``lead=True`` writes and fsyncs the queue on this thread when no
+        group commit is running (the hand-off to the flusher saved), else leaves it to the flusher."""
+        return self._enqueue(key, value, headers, lead)[0]
+
     def append(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
                *, timeout: float = 30.0) -> LogPosition:
         """Append durably (see the module docstring) and return the record's position."""
+        deadline = time.monotonic() + timeout
+        produced, ticket = self._enqueue(key, value, headers, True)
+        with self._lock:
+            while self._done < ticket:
+                if self._failed is not None:
+                    raise self._fail_stopped()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise LogUnavailable(f"append not confirmed within {timeout}s; its outcome is "
+                                         "unknown (retrying the same record is safe for histlog events)")
+                self._committed.wait(remaining)
+        assert produced.position is not None  # Invariant: FileLog assigns positions on enqueue
+        return produced.position
+
+    def _enqueue(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]],
+                 lead: bool) -> tuple[Produced, int]:
         hdrs: Headers = tuple((str(name), bytes(hv)) for name, hv in headers)
         partition = partition_for_key(key, self._partitions)
         timestamp_ms = time.time_ns() // 1_000_000
-        deadline = time.monotonic() + timeout
         with self._lock:
             self._check_writable()
             offset = self._next[partition]
@@ -294,37 +333,76 @@ class FileLog(Log):
             base, size = self._planned[partition]
             if size > 0 and size + len(frame) > self._segment_bytes:
                 base, size = offset, 0  # roll: this record starts a new segment
-            self._pending.append(_Pending(partition, base, size, offset, frame))
+            produced = Produced(partition, LogPosition(partition, offset))
+            self._pending.append(_Pending(partition, base, size, offset, frame, produced))
             self._planned[partition] = (base, size + len(frame))
             self._next[partition] = offset + 1
             self._enqueued += 1
-            ticket = self._enqueued
             self._stats.appends += 1
-            while self._done < ticket:
-                if self._failed is not None:
-                    raise LogUnavailable(f"file log {self.path} fail-stopped after an I/O error "
-                                         f"({self._failed!r}); close and reopen it") from self._failed
-                if not self._flushing:
-                    self._lead()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise LogUnavailable(f"append not confirmed within {timeout}s; its outcome is "
-                                         "unknown (retrying the same record is safe for histlog events)")
-                self._committed.wait(remaining)
-        return LogPosition(partition, offset)
+            seq = self._enqueued
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_loop, name="filelog-flush", daemon=True)
+                self._flusher.start()
+            if self._flushing:
+                pass  # the running group commit hands what is queued to the flusher when it ends
+            elif lead and self._idle:
+                self._settle_lost(self._lead())  # this thread leads: no hand-off
+            else:
+                self._wake_flusher()
+            return produced, seq
+
+    def _wake_flusher(self) -> None:
+        if self._idle:
+            self._idle = False  # one wake-up, however many records arrive before it runs
+            self._work.notify()
+
+    def _settle_lost(self, lost: list[_Pending]) -> None:
+        """Fail-stopped: every record not written answers its error at once (lock held on entry
+        and return; released while the handles' callbacks run)."""
+        if not lost:
+            return
+        self._lock.release()
+        try:
+            for item in lost:
+                item.produced.settle(error=self._fail_stopped())
+        finally:
+            self._lock.acquire()
+
+    def _fail_stopped(self) -> LogUnavailable:
+        err = LogUnavailable(f"file log {self.path} fail-stopped after an I/O error "
+                             f"({self._failed!r}); close and reopen it to recover")
+        err.__cause__ = self._failed
+        return err
 
     def _check_writable(self) -> None:
         if self._closed:
             raise LogUnavailable(f"file log {self.path} is closed; open it again")
         if self._failed is not None:
-            raise LogUnavailable(f"file log {self.path} fail-stopped after an I/O error "
-                                 f"({self._failed!r}); close and reopen it to recover") from self._failed
+            raise self._fail_stopped()
 
-    def _lead(self) -> None:
-        """Write (and fsync) everything queued; called and returns with the lock held."""
-        self._flushing = True
+    def _flush_loop(self) -> None:
+        """The flusher: lead a group commit whenever records are queued (see the module)."""
+        with self._lock:
+            while True:
+                while (not self._pending or self._flushing) and not self._retire:
+                    self._idle = True
+                    self._work.wait()
+                    self._idle = False
+                if self._flushing:  # retiring while a leading appender writes: wait for it
+                    self._committed.wait()
+                    continue
+                if not self._pending:
+                    return
+                self._settle_lost(self._lead())
+
+    def _lead(self) -> list[_Pending]:
+        """Write (and fsync) everything queued; called and returns with the lock held. Returns
+        the records whose fate is unknown when this fail-stops the log (else none)."""
         batch, self._pending = self._pending, []
+        if self._failed is not None:  # a background fsync failed meanwhile: write nothing more
+            self._committed.notify_all()
+            return batch
+        self._flushing = True
         upto = self._enqueued
         self._lock.release()
         try:
@@ -334,9 +412,10 @@ class FileLog(Log):
             self._failed = exc
             self._flushing = False
             logger.error("file log %s: write/fsync failed, fail-stopping: %r", self.path, exc)
+            lost, self._pending = batch + self._pending, []
             self._committed.notify_all()
             self._arrival.notify_all()
-            return
+            return lost
         self._lock.acquire()
         self._publish(batch, new_segments)
         self._done = upto
@@ -346,6 +425,9 @@ class FileLog(Log):
         self._stats.group_sizes[len(batch)] = self._stats.group_sizes.get(len(batch), 0) + 1
         self._committed.notify_all()
         self._arrival.notify_all()
+        if self._pending:
+            self._wake_flusher()  # what arrived meanwhile is the next group (unless it runs it already)
+        return []
 
     def _write_batch(self, batch: list[_Pending]) -> set[tuple[int, int]]:
         """I/O without the lock: the leader is the only thread touching the writers."""
@@ -425,6 +507,8 @@ class FileLog(Log):
             with self._lock:
                 self._flushing = False
                 self._committed.notify_all()
+                if self._pending:
+                    self._wake_flusher()  # records queued during this fsync
 
     # ------------------------------------------------------------ reads
 
@@ -502,13 +586,13 @@ class FileLog(Log):
         with self._lock:
             if self._closed:
                 return
-            self._closed = True
-            while self._flushing or (self._done < self._enqueued and self._failed is None):
-                if not self._flushing:
-                    self._lead()
-                    continue
-                self._committed.wait()
+            self._closed = True  # no record is queued from now on
+            self._retire = True
+            self._work.notify()
+            flusher = self._flusher
             self._arrival.notify_all()
+        if flusher is not None:
+            flusher.join()  # it drains the queue (or fail-stops on it) first
         if self._syncer is not None:
             self._stop.set()
             self._syncer.join()

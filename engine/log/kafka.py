@@ -39,7 +39,7 @@ import kafka.errors as kerr
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from engine.log.base import Headers, Log, LogCursor, Record
+from engine.log.base import Headers, Log, LogCursor, Produced, Record
 from engine.log.kafka_topic import (
     CLIENT_TUNING,
     DEFAULT_MAX_RECORD_BYTES,
@@ -189,6 +189,7 @@ class KafkaLog(Log):
             max_request_size=self._max_record_bytes,
             bootstrap_timeout_ms=self._request_timeout_ms,
             allow_auto_create_topics=False,
+            metrics_enabled=False,  # nobody reads them (as the consumers: CONSUMER_TUNING)
             **CLIENT_TUNING,
         ))
         # Load the topic's metadata now so that the first append does not block on it.
@@ -297,30 +298,60 @@ class KafkaLog(Log):
 
     def append(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
                *, timeout: float = 30.0) -> LogPosition:
+        deadline = time.monotonic() + timeout
+        partition, future = self._send(key, value, headers, deadline, timeout)
+        try:
+            metadata = future.get(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception as exc:
+            raise self._send_failed(exc, partition, timeout) from exc
+        return LogPosition(int(metadata.partition), int(metadata.offset))
+
+    def produce(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
+                *, timeout: float = 30.0, lead: bool = False) -> Produced:
+        """``send`` the record and return its handle: settled from the send's future on the
+        producer's I/O thread, with the position the broker acknowledged, or with the error
+        ``append`` would raise (``_send_failed``). The send itself may block on metadata or a
+        full buffer, up to ``timeout`` (``produce_may_block``)."""
+        partition, future = self._send(key, value, headers, time.monotonic() + timeout, timeout)
+        produced = Produced(partition)
+
+        def acknowledged(metadata: Any) -> None:
+            produced.settle(LogPosition(int(metadata.partition), int(metadata.offset)))
+
+        def failed(exc: Exception) -> None:
+            error = self._send_failed(exc, partition, None)
+            error.__cause__ = exc
+            produced.settle(error=error)
+
+        future.add_callback(acknowledged)
+        future.add_errback(failed)
+        return produced
+
+    def _send(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]], deadline: float,
+              timeout: float) -> tuple[int, Any]:
+        """Enqueue the record in the producer; the partition and the send's future."""
         self._check_open()
         partition = partition_for_key(key, self._partitions)
         hdrs = [(str(k), bytes(v)) for k, v in headers]
         self._check_size(partition, key, value, hdrs)
-        deadline = time.monotonic() + timeout
-        what = f"append to partition {partition}"
         try:
             while True:  # send() raises before enqueuing when metadata is missing: safe to retry
                 try:
-                    future = self._producer.send(self._topic, value=value, key=key, headers=hdrs,
-                                                 partition=partition)
-                    break
+                    return partition, self._producer.send(self._topic, value=value, key=key, headers=hdrs,
+                                                          partition=partition)
                 except kerr.KafkaTimeoutError:
                     if time.monotonic() >= deadline:
                         raise
-            remaining = max(0.0, deadline - time.monotonic())
-            metadata = future.get(timeout=remaining)
         except Exception as exc:
-            if self._closed:
-                raise LogUnavailable(f"KafkaLog for topic {self._topic!r} was closed during an append; "
-                                     f"the record may or may not be written: resend it.") from exc
-            raise _translate(exc, what, bootstrap=self._bootstrap, topic=self._topic,
-                             timeout=timeout) from exc
-        return LogPosition(int(metadata.partition), int(metadata.offset))
+            raise self._send_failed(exc, partition, timeout) from exc
+
+    def _send_failed(self, exc: Exception, partition: int, timeout: float | None) -> HistoryError:
+        """The typed error of a send that failed or was not acknowledged (one home for both faces)."""
+        if self._closed:
+            return LogUnavailable(f"KafkaLog for topic {self._topic!r} was closed during an append; "
+                                  f"the record may or may not be written: resend it.")
+        return _translate(exc, f"append to partition {partition}", bootstrap=self._bootstrap,
+                          topic=self._topic, timeout=timeout)
 
     def _reading(self, what: str, fn: Callable[[Any, float], T]) -> T:
         """Run ``fn(reader, attempt_seconds)`` on the shared reader consumer, bounded by the

@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from engine.log.base import Headers, Log, LogCursor, Record
+from engine.log.base import Headers, Log, LogCursor, Produced, Record
 from engine.log.cursor import ConditionCursor
 from schemas.errors import LogUnavailable
 from schemas.positions import LogPosition
@@ -46,8 +46,17 @@ class MemoryLog(Log):
     def is_closed_locked(self) -> bool:
         return self._closed
 
+    produce_may_block = False
+
     def append(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
                *, timeout: float = 30.0) -> LogPosition:
+        position = self.produce(key, value, headers).position
+        assert position is not None  # Invariant: a memory record's position is known when stored
+        return position
+
+    def produce(self, key: bytes, value: bytes, headers: Sequence[tuple[str, bytes]] = (),
+                *, timeout: float = 30.0, lead: bool = False) -> Produced:
+        """Store the record (it is "durable" at once) and return its settled handle."""
         hdrs: Headers = tuple((str(name), bytes(hv)) for name, hv in headers)
         partition = partition_for_key(key, self._partitions)
         with self._lock:
@@ -58,7 +67,9 @@ class MemoryLog(Log):
                             bytes(key), bytes(value), hdrs)
             records.append(record)
             self._arrival.notify_all()
-        return record.position
+        produced = Produced(partition, record.position)
+        produced.settle(record.position)
+        return produced
 
     def read(self, partition: int, from_offset: int, max_records: int = 1000) -> list[Record]:
         if not 0 <= partition < self._partitions:

@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from engine.cluster.ownership import OwnershipMap
 from engine.facade import EngineStats
 from schemas.batch import HistoryLoad, HistoryTurn, Located, Measure, Receipt, StoredMessage, TurnSource
-from schemas.canonical import _Num, dumps, loads_exact
+from schemas.canonical import RawJSON, _Num, loads_exact
 from schemas.errors import HistoryError, InvalidBatch, InvalidRequest
 from schemas.ids import AppendID
 from schemas.invalid import invalid
@@ -420,7 +420,11 @@ def source_of(tree: Any) -> TurnSource:
         model = TurnSourceModel.model_validate(tree)
     except ValidationError as exc:
         raise InvalidRequest(str(invalid(exc, "turn source"))) from None
-    return TurnSource(model.id, model.role, dumps(tree["content"]),
+    try:  # the full canonical writer: numbers beyond 64 bits and exact spellings as stored
+        content = RawJSON.of(tree["content"]).encode()
+    except HistoryError as exc:
+        raise InvalidRequest(f"turn source content: {exc}") from None
+    return TurnSource(model.id, model.role, content,
                       datetime.fromisoformat(model.created_at.replace("Z", "+00:00")), model.interrupted)
 
 

@@ -233,6 +233,40 @@ class LogContract:
                     assert results.pop(record.position) == record.value
         assert results == {}
 
+    # ---------------------------------------------------------------- produce
+
+    def test_produce_gives_the_position_once_known_and_the_record_there_once_readable(
+            self, make_log: MakeLog) -> None:
+        """``produce`` returns at once; each handle names the key's partition, settles (or has
+        its position at once) with the position where the record is read back byte-identical."""
+        log = make_log(3)
+        sent = [(_key(f"conversation-{i % 5}"), f"v{i}".encode()) for i in range(30)]
+        handles = [log.produce(key, value, [("h", b"1")]) for key, value in sent]
+        told = threading.Semaphore(0)
+        for handle in handles:
+            handle.notify(lambda _h: told.release())
+        for i, handle in enumerate(handles):
+            assert handle.partition == partition_for_key(sent[i][0], 3)
+            if handle.position is None:  # told by the acknowledgement (Kafka)
+                assert told.acquire(timeout=WAIT)
+        deadline = time.monotonic() + WAIT
+        positions = []
+        for handle in handles:
+            while handle.position is None:
+                assert time.monotonic() < deadline, "a produced record was never acknowledged"
+                time.sleep(0.005)
+            assert handle.error is None
+            positions.append(handle.position)
+        assert len(set(positions)) == 30
+        for (key, value), position in zip(sent, positions, strict=True):
+            while not log.read(position.partition, position.offset, 1):  # readable once durable
+                assert time.monotonic() < deadline, f"{position} never became readable"
+                time.sleep(0.005)
+            (record,) = log.read(position.partition, position.offset, 1)
+            assert (record.key, record.value, record.headers) == (key, value, (("h", b"1"),))
+        assert sorted(p.offset for p in positions if p.partition == positions[0].partition) == [
+            p.offset for p in positions if p.partition == positions[0].partition]  # in produce order
+
     # ---------------------------------------------------------------- cursor
 
     def test_cursor_returns_appended_records_in_order_per_partition(self, make_log: MakeLog) -> None:

@@ -17,7 +17,7 @@ import pytest
 from kafka import KafkaProducer
 
 from engine import HistoryEngine
-from engine.log.base import record_key
+from engine.log.base import Produced, record_key
 from schemas import (
     AppendConflict,
     Batch,
@@ -61,6 +61,45 @@ def instances(backend: KafkaBackend, tmp_path: Path) -> Iterator[list[HistoryEng
     yield engines
     for e in engines:
         e.close()
+
+
+# -- one wait per append ------------------------------------------------------------------------
+def test_a_decision_that_comes_before_the_brokers_acknowledgement_is_answered(
+        backend: KafkaBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer produces and waits only for its decision; its position comes from the broker's
+    acknowledgement on kafka-python's I/O thread, which may come after the projector read and
+    decided the record. Forced here: the real send is acknowledged, but the writer's handle is
+    told only after the decision was published."""
+    engine = backend.open(tmp_path / "late")
+    real = engine.log.produce
+    held: list[tuple[Produced, Produced]] = []
+
+    def produce(key: bytes, value: bytes, headers: Any = (), *, timeout: float = 30.0,
+                lead: bool = False) -> Produced:
+        sent = real(key, value, headers, timeout=timeout, lead=lead)
+        late = Produced(sent.partition)
+        held.append((sent, late))
+        return late
+
+    monkeypatch.setattr(engine.log, "produce", produce)
+    results: list[Any] = []
+    try:
+        writer = threading.Thread(target=lambda: results.append(engine.append(turn("late", "a1", "q"))))
+        writer.start()
+        deadline = time.monotonic() + 60
+        while not (held and held[0][0].position is not None and engine.stats().accepted == 1):
+            assert time.monotonic() < deadline, "the record was not acknowledged and decided in time"
+            time.sleep(0.01)
+        assert writer.is_alive() and not results  # decided, but the writer does not know its position yet
+        sent, late = held[0]
+        assert sent.position is not None
+        threading.Thread(target=late.settle, args=(sent.position,)).start()
+        writer.join(60)
+        (receipt,) = results
+        assert receipt.position == sent.position
+        assert engine._projector.deliveries.tickets == 0
+    finally:
+        engine.close()
 
 
 # -- several instances --------------------------------------------------------------------------

@@ -188,3 +188,17 @@ def test_the_async_middleware_runs_over_a_client(served: Served) -> None:
 
         assert asyncio.run(main()).text() == "async reply"
     assert [m.text() for m in served.engine.read("amw")] == ["hi", "async reply"]
+
+
+def test_numbers_beyond_64_bits_and_exact_spellings_come_back_in_turn_sources(call: Call, served: Served) -> None:
+    """A tool result's details may hold any JSON number; the client re-serialises a turn
+    source's content with the full canonical writer (orjson alone refused integers past 64 bits)."""
+    from schemas.messages import ToolCallPart, ToolOutput, ToolResultPart
+
+    details = RawJSON('{"big":123456789012345678901234567890,"neg":-98765432109876543210987654321,"x":1.50}')
+    eng = served.engine
+    eng.append(Batch(C, "t1", [Message.user("run it"), Message.assistant(ToolCallPart("call-1", "calc", "{}")),
+                               Message.tool(ToolResultPart("call-1", "calc", ToolOutput.text("ok", details=details)))]))
+    sources = call("turn_sources", C, 10_000)
+    assert sources == eng.turn_sources(C, 10_000)
+    assert b"123456789012345678901234567890" in b"".join(s.content for s in sources.messages)

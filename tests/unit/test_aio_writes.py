@@ -1,9 +1,10 @@
 """``AsyncHistoryEngine``'s writes wait for their decision on an asyncio future, not a thread
 (issue 13, "No thread per waiting request").
 
-A write is the facade's short submit (on the engine's bounded submit pool) and then an await of
+A write is the facade's short submit (on the loop itself over FileLog, whose ``produce`` never
+blocks; on the engine's bounded submit pool when the log's may: Kafka) and then an await of
 ``Ticket.watch``, resolved by the projector through ``call_soon_threadsafe``. So 1,000 appends
-waiting at once hold no thread each; every outcome (receipts, identical retries, conflicts,
+waiting at once hold no thread at all on FileLog; every outcome (receipts, identical retries, conflicts,
 refusals, ``CommitUnconfirmed`` on timeout, a closing engine, a failing state store) is the thread
 face's, word for word; a timed-out or cancelled write leaves no ticket behind. Real FileLog and
 RocksDB under ``tmp_path``; the projector is held inside a step by a gate projection where a test
@@ -24,8 +25,7 @@ import pytest
 
 from engine import HistoryEngine
 from engine.aio import AsyncHistoryEngine
-from engine.log.base import record_key
-from engine.writes import SUBMIT_THREADS
+from engine.log.base import Produced, record_key
 from projections.custom import Projection, ProjectionTx
 from projections.events import ProjectedEvent
 from projections.store import Tx
@@ -70,6 +70,17 @@ def _tickets(engine: HistoryEngine) -> int:
     return engine._projector.deliveries.tickets
 
 
+def _all_released(engine: HistoryEngine, timeout: float = 10.0) -> bool:
+    """Whether every ticket is given back within a bounded wait: the blocker's writer thread
+    releases its own once its wait returns, concurrently with the test's thread."""
+    deadline = time.monotonic() + timeout
+    while _tickets(engine):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
 class _Gate(Projection):
     """A custom projection that holds the projector inside a step until released."""
 
@@ -94,7 +105,7 @@ def _held(engine: HistoryEngine) -> _Gate:
 
 
 # -- no thread per waiter -----------------------------------------------------------------------
-def test_a_thousand_appends_in_flight_at_once_hold_a_bounded_number_of_threads(engine: HistoryEngine) -> None:
+def test_a_thousand_appends_in_flight_at_once_hold_no_thread_on_a_file_log(engine: HistoryEngine) -> None:
     aengine = AsyncHistoryEngine(engine)
     gate = _held(engine)
     base = threading.active_count()
@@ -116,13 +127,15 @@ def test_a_thousand_appends_in_flight_at_once_hold_a_bounded_number_of_threads(e
         return receipts
 
     receipts = _run(main, executor_threads=4)
-    assert peak_threads[0] <= base + SUBMIT_THREADS + 4, (base, peak_threads[0])
+    # The submits ran on the loop (FileLog's produce only enqueues): no pool, not one more thread.
+    assert engine._writes._submitters is None
+    assert peak_threads[0] <= base, (base, peak_threads[0])
     assert [(r.conversation_id, r.append_id) for r in receipts] == [(b.conversation_id, b.append_id) for b in batches]
     assert all(r.digest == b.digest for r, b in zip(receipts, batches, strict=True))
     assert len({r.position for r in receipts}) == 1000
     stored = {e.append_id for i in range(50) for e in engine.entries(f"c{i}")}
     assert stored == {b.append_id for b in batches}
-    assert _tickets(engine) == 0
+    assert _all_released(engine)
     assert engine.stats().accepted == 1001 and engine.stats().corrupt == 0
 
 
@@ -186,7 +199,7 @@ def test_a_timed_out_wait_is_commit_unconfirmed_and_leaves_no_ticket(engine: His
     finally:
         gate.release.set()
     assert _run(lambda: aengine.append(_batch("c", "slow"))).append_id == "slow"
-    assert _tickets(engine) == 0
+    assert _all_released(engine)
 
 
 def test_a_write_cancelled_while_it_waits_releases_its_ticket(engine: HistoryEngine) -> None:
@@ -210,20 +223,23 @@ def test_a_write_cancelled_while_it_waits_releases_its_ticket(engine: HistoryEng
         _run(main)
     finally:
         gate.release.set()
-    assert _tickets(engine) == 0
+    assert _all_released(engine)
 
 
 def test_a_write_cancelled_during_its_submit_releases_its_ticket_once_the_submit_ends(
         engine: HistoryEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A log whose produce may block (Kafka's send, on metadata or a full buffer): the submit runs
+    on the pool, so the caller can be cancelled while it runs."""
     aengine = AsyncHistoryEngine(engine)
-    real, entered, proceed = engine.log.append, threading.Event(), threading.Event()
+    real, entered, proceed = engine.log.produce, threading.Event(), threading.Event()
 
-    def slow_append(key: bytes, value: bytes, *, timeout: float = 30.0) -> LogPosition:
+    def slow_produce(key: bytes, value: bytes, *, timeout: float = 30.0, lead: bool = False) -> Produced:
         entered.set()
         assert proceed.wait(_BOUND)
-        return real(key, value, timeout=timeout)
+        return real(key, value, timeout=timeout, lead=lead)
 
-    monkeypatch.setattr(engine.log, "append", slow_append)
+    monkeypatch.setattr(engine.log, "produce", slow_produce)
+    monkeypatch.setattr(engine.log, "produce_may_block", True)
 
     async def main() -> None:
         task = asyncio.create_task(aengine.append(_batch("c", "a1")))
@@ -234,8 +250,10 @@ def test_a_write_cancelled_during_its_submit_releases_its_ticket_once_the_submit
             await task
         proceed.set()
         await _until(lambda: _tickets(engine) == 0)
+        await _until(lambda: sum(engine.log.end_offsets()) == 1)  # produced, then written by the flusher
 
     _run(main)
+    assert engine._writes._submitters is not None  # it ran on the pool
     assert engine.catch_up(timeout=10)
     receipt = engine.append(_batch("c", "a1"))
     assert receipt.position.offset == 0 and sum(engine.log.end_offsets()) == 1  # it was written once

@@ -8,6 +8,7 @@ Real FileLog and RocksDB under ``tmp_path``.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -81,8 +82,9 @@ def test_timeout_zero_answers_a_known_decision_without_writing(engine: HistoryEn
 
 
 def test_timeout_zero_writes_and_does_not_wait_for_more_than_it_knows(engine: HistoryEngine) -> None:
-    """0 means "do not wait": the event is written; the answer is the receipt if this instance
-    has already applied it, else ``CommitUnconfirmed`` (resend to learn the outcome)."""
+    """0 means "do not wait": the event is handed to the log (written by its flusher, not waited
+    for); the answer is the receipt if this instance has already applied it, else
+    ``CommitUnconfirmed`` (resend to learn the outcome)."""
     from schemas.errors import CommitUnconfirmed
 
     before = engine.log.end_offsets()
@@ -90,7 +92,11 @@ def test_timeout_zero_writes_and_does_not_wait_for_more_than_it_knows(engine: Hi
         engine.append(_batch("zero"), timeout=0)
     except CommitUnconfirmed:
         pass
+    deadline = time.monotonic() + 10  # a bounded wait for the flusher's write, not a sleep
+    while engine.log.end_offsets() == before and time.monotonic() < deadline:
+        time.sleep(0.002)
     assert engine.log.end_offsets() == [before[0] + 1]
+    assert engine.catch_up(timeout=10)
     assert str(engine.append(_batch("zero")).append_id) == "zero"  # the resend learns the outcome
 
 

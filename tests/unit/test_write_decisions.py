@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from engine import HistoryEngine
-from engine.log.base import record_key
+from engine.log.base import Produced, record_key
 from projections.admission import Outcome, conversation_row, precheck
 from projections.custom import Projection, ProjectionTx
 from projections.events import ProjectedEvent
@@ -54,16 +54,16 @@ def _until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 
 def _late(engine: HistoryEngine, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every append return only once the projector has applied it (and everything before):
-    the writer then looks for its decision after the projector published it."""
-    real = engine.log.append
+    """Make every produce return only once the projector has applied its record (and everything
+    before): the writer then learns its position after the projector published its decision."""
+    real = engine.log.produce
 
-    def append(key: bytes, value: bytes, *, timeout: float = 30.0) -> LogPosition:
-        position = real(key, value, timeout=timeout)
+    def produce(key: bytes, value: bytes, *, timeout: float = 30.0, lead: bool = False) -> Produced:
+        produced = real(key, value, timeout=timeout, lead=lead)
         assert engine.catch_up(timeout=30)
-        return position
+        return produced
 
-    monkeypatch.setattr(engine.log, "append", append)
+    monkeypatch.setattr(engine.log, "produce", produce)
 
 
 def test_a_writer_that_looks_after_the_projector_applied_its_position_gets_its_decision(
