@@ -5,8 +5,11 @@ Run ``python -m bench.bench_reads [--quick]`` (or ``histlog bench --only reads``
 table and one JSON line. On conversations of 100, 10,000 and 100,000 messages (quick: 100 and
 10,000), p50/p99 of:
 
-* ``window(20)``, ``read_within_bytes(8 KiB)``, ``turn_sources(8 KiB)``, ``measure(after=START)``
-  and ``measure(after=middle)`` served by the projections, and
+* ``window(20)``, the navigation reads of a chat UI or a platform bot (``entries(order="desc",
+  limit=50)``: the latest page; ``entries(since=<a time in the middle>, limit=50)``: a time range;
+  ``locate(<an external id in the middle>, 5, 5)``), ``read_within_bytes(8 KiB)``,
+  ``turn_sources(8 KiB)``, ``measure(after=START)`` and ``measure(after=middle)`` served by the
+  projections, and
 * the naive baseline: load the conversation (``read()`` for the window, ``entries()`` for the
   others) and compute the same result in Python.
 
@@ -33,6 +36,7 @@ from schemas import (
     Batch,
     HistoryLoad,
     HistoryPosition,
+    Located,
     Measure,
     Message,
     StoredMessage,
@@ -48,13 +52,15 @@ SIZES = (100, 10_000, 100_000)
 QUICK_SIZES = (100, 10_000)
 BUDGET = 8 * 1024
 WINDOW = 20
-QUERIES = ("window(20)", "read_within_bytes(8 KiB)", "turn_sources(8 KiB)", "measure(START)", "measure(middle)")
+QUERIES = ("window(20)", "entries(desc, 50)", "entries(since, 50)", "locate(middle, 5)", "read_within_bytes(8 KiB)",
+           "turn_sources(8 KiB)", "measure(START)", "measure(middle)")
+PAGE = 50
 NAIVE_MESSAGES = 400_000  # naive samples per query: about this many messages loaded in all (quick: a quarter)
 
 
 def _turn(rng: random.Random, k: int) -> list[Message]:
     words = " ".join(rng.choice(["order", "status", "shipping", "refund", "invoice", "delay"]) for _ in range(28))
-    out = [Message.user(f"question {k}: {words}")]
+    out = [Message.user(f"question {k}: {words}", metadata={"external_id": f"ext-{k}"})]
     for r in range(rng.choice([0, 0, 1, 1, 2, 3])):
         call = f"call-{k}-{r}"
         out.append(Message.assistant(ToolCallPart(call, "lookup", f'{{"order": {k}, "words": "{words[:120]}"}}')))
@@ -63,20 +69,23 @@ def _turn(rng: random.Random, k: int) -> list[Message]:
     return out
 
 
-def _build(engine: HistoryEngine, conv: str, size: int, progress: bool) -> HistoryPosition:
+def _build(engine: HistoryEngine, conv: str, size: int, progress: bool) -> tuple[HistoryPosition, str]:
     """Append about ``size`` messages (a system message, then whole turns) in batches of about
-    100; returns a position in the middle of the conversation."""
+    100; returns a position in the middle of the conversation and the external id of its turn's
+    user message."""
     rng = random.Random(size)
     show = progress_printer(progress, f"building {conv}")
     pending: list[Message] = [Message.system("You are a careful order-support assistant.")]
     done = turn = k = 0
     middle = HistoryPosition.START
+    external = ""
     while done + len(pending) < size:
         messages = _turn(rng, k)
         k += 1
         turn += 1
         if middle == HistoryPosition.START and done + len(pending) >= size // 2:
             middle = HistoryPosition(turn, done + len(pending) + 2)  # the turn's second message
+            external = f"ext-{k - 1}"
         pending.extend(messages)
         if len(pending) >= 100:
             engine.append(Batch(conv, f"a{k}", pending))
@@ -89,7 +98,7 @@ def _build(engine: HistoryEngine, conv: str, size: int, progress: bool) -> Histo
     show(done, size)
     if progress:
         print(file=sys.stderr)
-    return middle
+    return middle, external
 
 
 # -- the naive baseline: load everything, compute in Python ------------------------------------------
@@ -122,10 +131,22 @@ def _measure(entries: list[StoredMessage]) -> Measure:
                    len({e.position.turn for e in entries}))
 
 
-def _queries(engine: HistoryEngine, conv: str, middle: HistoryPosition) -> dict[str, tuple[Callable[[], object],
-                                                                                          Callable[[], object]]]:
+def _locate(entries: list[StoredMessage], external: str, around: int) -> Located:
+    at = max(i for i, e in enumerate(entries) if e.message.metadata.get("external_id") == f'"{external}"')
+    return Located(entries[at], entries[max(at - around, 0):at], entries[at + 1:at + 1 + around])
+
+
+def _queries(engine: HistoryEngine, conv: str, middle: HistoryPosition, external: str
+             ) -> dict[str, tuple[Callable[[], object], Callable[[], object]]]:
     """``name -> (projection query, naive baseline)``."""
+    since = engine.entries(conv, after=HistoryPosition(middle.turn, middle.seq - 1), limit=1)[0].created_at
     return {
+        "entries(desc, 50)": (lambda: engine.entries(conv, order="desc", limit=PAGE),
+                              lambda: engine.entries(conv)[::-1][:PAGE]),
+        "entries(since, 50)": (lambda: engine.entries(conv, since=since, limit=PAGE),
+                               lambda: [e for e in engine.entries(conv) if e.created_at >= since][:PAGE]),
+        "locate(middle, 5)": (lambda: engine.locate(conv, external, 5, 5),
+                              lambda: _locate(engine.entries(conv), external, 5)),
         "window(20)": (lambda: engine.window(conv, WINDOW), lambda: select_window(engine.read(conv), WINDOW)),
         "read_within_bytes(8 KiB)": (lambda: engine.read_within_bytes(conv, BUDGET),
                                      lambda: _within_bytes(engine.entries(conv), BUDGET)),
@@ -147,9 +168,9 @@ def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
         with HistoryEngine.open(root, fsync="never") as engine:
             for size in sizes:
                 conv = f"conv-{size}"
-                middle = _build(engine, conv, size, progress)
+                middle, external = _build(engine, conv, size, progress)
                 naive_n = max(5, min(n, NAIVE_MESSAGES // (4 if quick else 1) // size))
-                for name, (fast, naive) in _queries(engine, conv, middle).items():
+                for name, (fast, naive) in _queries(engine, conv, middle, external).items():
                     assert fast() == naive(), name  # Invariant: the baseline computes the same result.
                     p50, p99 = latency(fast, n)
                     n50, n99 = latency(naive, naive_n)

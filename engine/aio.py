@@ -35,13 +35,25 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from datetime import datetime
 from typing import ParamSpec, TypeVar
 
 from engine.arguments import Empty
 from engine.facade import EngineStats, HistoryEngine
 from engine.writes import Submitted, Written, receipt_of
+from projections.navigation import Order
 from projections.reads import Unit
-from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
+from schemas.batch import (
+    Batch,
+    HistoryLoad,
+    HistoryTurn,
+    Located,
+    Measure,
+    Receipt,
+    StoredMessage,
+    StoredWindow,
+    TurnSource,
+)
 from schemas.errors import StateUnavailable
 from schemas.ids import ConversationID
 from schemas.messages import Message
@@ -123,15 +135,26 @@ class AsyncHistoryEngine:
     async def read(self, conversation_id: str, at_least: Receipt | None = None, timeout: float = 30.0) -> list[Message]:
         return await _off_loop(self.engine.read, conversation_id, at_least, timeout)
 
-    async def conversations(self) -> list[ConversationID]:
-        return await _off_loop(self.engine.conversations)
+    async def conversations(self, prefix: str | None = None, after: str | None = None,
+                            limit: int | None = None) -> list[ConversationID]:
+        return await _off_loop(self.engine.conversations, prefix, after, limit)
 
     async def entries(self, conversation_id: str, after: HistoryPosition | None = None,
                       before: HistoryPosition | None = None, limit: int | None = None,
-                      include_hidden: bool = False) -> list[StoredMessage]:
+                      include_hidden: bool = False, order: Order = "asc", since: datetime | None = None,
+                      until: datetime | None = None) -> list[StoredMessage]:
+        args = (conversation_id, after, before, limit, include_hidden, order, since, until)
         if isinstance(limit, int) and 0 <= limit <= INLINE_MESSAGES:
-            return self.engine.entries(conversation_id, after, before, limit, include_hidden)
-        return await _off_loop(self.engine.entries, conversation_id, after, before, limit, include_hidden)
+            return self.engine.entries(*args)
+        return await _off_loop(self.engine.entries, *args)
+
+    async def position_of(self, conversation_id: str, message_id: str) -> HistoryPosition:
+        return self.engine.position_of(conversation_id, message_id)  # two point reads: on the loop
+
+    async def locate(self, conversation_id: str, external_id: str, before: int = 0, after: int = 0) -> Located:
+        if isinstance(before, int) and isinstance(after, int) and 0 <= before + after <= INLINE_MESSAGES:
+            return self.engine.locate(conversation_id, external_id, before, after)
+        return await _off_loop(self.engine.locate, conversation_id, external_id, before, after)
 
     async def turn(self, conversation_id: str, message_id: str) -> HistoryTurn:
         return await _off_loop(self.engine.turn, conversation_id, message_id)

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 
 from schemas.batch import Batch, Receipt
 from schemas.errors import InvalidConfiguration, InvalidReceipt, InvalidWindow
+from schemas.ids import ConversationID
 from schemas.positions import HistoryPosition
+from schemas.times import ms_bound
 
-__all__ = ["EMPTY", "Empty", "check_budget", "check_cursors", "check_directory", "check_partitions", "check_timeout",
-           "check_window", "expected_of"]
+__all__ = ["EMPTY", "Empty", "check_budget", "check_context", "check_cursors", "check_directory", "check_limit",
+           "check_order", "check_partitions", "check_prefix", "check_timeout", "check_window", "expected_of",
+           "time_bound"]
 
 
 def check_cursors(after: HistoryPosition | None, before: HistoryPosition | None) -> None:
@@ -20,6 +24,48 @@ def check_cursors(after: HistoryPosition | None, before: HistoryPosition | None)
         if cursor is not None and not isinstance(cursor, HistoryPosition):
             raise InvalidWindow(f"invalid {name}: expected a HistoryPosition (e.g. HistoryPosition(3, 7)) or None, "
                                 f"got {type(cursor).__name__}")
+
+
+def check_limit(limit: int | None, name: str = "limit") -> None:
+    """A page size: a non-negative int, or None for no limit."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise InvalidWindow(f"invalid {name} {limit!r}: expected a non-negative int or None")
+
+
+def check_context(count: int, name: str) -> None:
+    """How many neighbours ``locate`` returns on one side: a non-negative int."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InvalidWindow(f"invalid {name} {count!r}: expected a non-negative int")
+
+
+def check_order(order: str) -> None:
+    if order not in ("asc", "desc"):
+        raise InvalidWindow(f"invalid order {order!r}: expected 'asc' (oldest first) or 'desc' (newest first)")
+
+
+def time_bound(when: datetime | None, name: str) -> int | None:
+    """A time-range end as the stored-ms bound it selects (``schemas.times.ms_bound``): an aware
+    ``datetime`` (a naive one names no instant), or None for no bound."""
+    if when is None:
+        return None
+    if not isinstance(when, datetime):
+        raise InvalidWindow(f"invalid {name}: expected a datetime or None, got {type(when).__name__}")
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise InvalidWindow(f"invalid {name} {when.isoformat()}: a naive datetime names no instant; "
+                            "give a timezone, e.g. datetime.now(UTC)")
+    return ms_bound(when)
+
+
+def check_prefix(prefix: str | None) -> str:
+    """A conversation-id prefix: ``""`` or None (every conversation) or a string that starts some
+    valid id (checked as an id, so it has no control character and fits 1024 bytes)."""
+    if prefix is None or prefix == "":
+        return ""
+    if not isinstance(prefix, str):
+        raise InvalidWindow(f"invalid prefix: expected a str or None, got {type(prefix).__name__}")
+    # a prefix may end in whitespace ("bot 7 "), which an id may not: check it with a stand-in end
+    ConversationID(prefix + "x" if prefix[-1].isspace() else prefix)
+    return prefix
 
 
 def check_directory(path: str | Path | None) -> None:

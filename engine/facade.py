@@ -20,17 +20,23 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from engine.arguments import (
     EMPTY,
     Empty,
     check_budget,
+    check_context,
     check_cursors,
     check_directory,
+    check_limit,
+    check_order,
     check_partitions,
+    check_prefix,
     check_timeout,
     check_window,
+    time_bound,
 )
 from engine.log.base import Log
 from engine.log.file import FsyncPolicy
@@ -38,10 +44,21 @@ from engine.state import open_file_parts, open_kafka_parts
 from engine.writes import Writes, receipt_of
 from projections.custom import Projection, ProjectionView
 from projections.delivery import DEFAULT_BUFFER, Subscription
+from projections.navigation import Order
 from projections.reads import Reads, Unit
 from projections.runtime import PartitionState, Projector
 from projections.store import DamagedState, StateStore
-from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
+from schemas.batch import (
+    Batch,
+    HistoryLoad,
+    HistoryTurn,
+    Located,
+    Measure,
+    Receipt,
+    StoredMessage,
+    StoredWindow,
+    TurnSource,
+)
 from schemas.errors import (
     DuplicateProjection,
     EngineClosed,
@@ -335,27 +352,63 @@ class HistoryEngine:
                 and (self._projector.serving_all() or position.partition in self._projector.owned)
                 and self._projector.applied_offsets()[position.partition] > position.offset)
 
-    def conversations(self) -> list[ConversationID]:
+    def conversations(self, prefix: str | None = None, after: str | None = None,
+                      limit: int | None = None) -> list[ConversationID]:
         """Open conversations, unique, in lexical order: those of the partitions this engine owns
-        (a partition still catching up lists what it has applied so far)."""
+        (a partition still catching up lists what it has applied so far). A page: ids starting
+        with ``prefix`` (an id convention such as ``bot-7/...`` groups a bot's or a tenant's),
+        after ``after`` (exclusive), at most ``limit``; O(page) through the open-conversation index."""
+        prefix = check_prefix(prefix)
+        if after is not None:
+            after = ConversationID(after)
+        check_limit(limit)
         self._check_open()
-        found = self._reads.conversations()
         if self._projector.serving_all():
-            return found
+            return self._reads.conversation_page(prefix, after, limit)
         owned, n = self._projector.owned, self._log.partitions
-        return [c for c in found if partition_for_key(str(c).encode("utf-8"), n) in owned]
+        return self._reads.conversation_page(prefix, after, limit, lambda c: partition_for_key(c, n) in owned)
 
     def entries(self, conversation_id: str, after: HistoryPosition | None = None,
                 before: HistoryPosition | None = None, limit: int | None = None,
-                include_hidden: bool = False) -> list[StoredMessage]:
-        """Stored messages with ``after < position < before`` (both exclusive), at most ``limit``."""
+                include_hidden: bool = False, order: Order = "asc", since: datetime | None = None,
+                until: datetime | None = None) -> list[StoredMessage]:
+        """Stored messages with ``after < position < before`` (both exclusive) and ``since <=
+        created_at < until``, at most ``limit``: the oldest first (``order="asc"``) or the newest
+        first (``"desc"``: ``limit`` keeps the newest, and ``before=page[-1].position`` is the
+        page before). ``created_at`` never decreases within a conversation, so a time range is one
+        run of messages, found by two seeks: O(result), never O(history)."""
         c = ConversationID(conversation_id)
         check_cursors(after, before)
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise InvalidWindow(f"invalid limit {limit!r}: expected a non-negative int or None")
+        check_limit(limit)
+        check_order(order)
+        since_ms, until_ms = time_bound(since, "since"), time_bound(until, "until")
         self._check_open()
         self._serve(c)
-        return self._reads.entries(c, after, before, limit, include_hidden)
+        return self._reads.entries(c, after, before, limit, include_hidden, order,
+                                   since_ms, until_ms)
+
+    def position_of(self, conversation_id: str, message_id: str) -> HistoryPosition:
+        """The ``HistoryPosition`` of the visible message ``message_id`` (an id from ``entries``,
+        e.g. to page from it); ``NotFound`` for an unknown or hidden message. Two point reads."""
+        c = ConversationID(conversation_id)
+        MessageID.parse(message_id)  # NotFound for what spells no message id, before any I/O
+        self._check_open()
+        self._serve(c)
+        return self._reads.position_of(c, message_id)
+
+    def locate(self, conversation_id: str, external_id: str, before: int = 0, after: int = 0) -> Located:
+        """The newest visible message whose metadata ``external_id`` is the JSON string
+        ``external_id`` (a platform's own message id), with up to ``before`` visible messages
+        before it and ``after`` after it, each list in stored order; ``NotFound`` when none.
+        One index seek plus the result: O(result)."""
+        c = ConversationID(conversation_id)
+        if not isinstance(external_id, str):
+            raise InvalidWindow(f"invalid external_id: expected a str, got {type(external_id).__name__}")
+        check_context(before, "before")
+        check_context(after, "after")
+        self._check_open()
+        self._serve(c)
+        return self._reads.locate(c, external_id, before, after)
 
     def _is_closed(self, conversation_id: str) -> bool:
         """Whether the conversation was cleared (for the service's event streams, which end with

@@ -23,7 +23,7 @@ from schemas.batch import Batch, HistoryTurn, Receipt
 from schemas.chat import ChatRequest, ChatResponse, ResponseAccumulator
 from schemas.errors import CommitError, InvalidMessage, InvalidReceipt, TurnNotReplaceable
 from schemas.ids import AppendID, ConversationID
-from schemas.messages import Message, Role, ToolCallPart, ToolResultPart
+from schemas.messages import Message, Role, ToolCallPart, ToolResultPart, starts_turn
 from schemas.positions import HistoryPosition
 
 __all__ = [
@@ -110,7 +110,8 @@ def advance(flow: Flow, result: object, error: Exception | None) -> Step | ChatR
 
 def _open_turn(request: ChatRequest) -> tuple[tuple[Message, ...], tuple[Message, ...]]:
     """Split a request into its system prefix and its open turn; raise ``InvalidMessage`` unless
-    the open turn is one user message followed only by its tool exchange (docs/middleware.md)."""
+    the open turn is one user message followed only by its tool exchange and internal feedback
+    (user messages that start no turn: ``schemas.messages.starts_turn``; docs/middleware.md)."""
     messages = request.messages
     start = 0
     while start < len(messages) and messages[start].role is Role.SYSTEM:
@@ -119,7 +120,11 @@ def _open_turn(request: ChatRequest) -> tuple[tuple[Message, ...], tuple[Message
         raise InvalidMessage(
             "invalid request: no open turn after the system messages; add the user's message "
             "(earlier turns come from the store)")
-    if messages[start].role is not Role.USER:
+    if not starts_turn(messages[start]):
+        if messages[start].role is Role.USER:
+            raise InvalidMessage(
+                f"invalid request: messages[{start}]: the open turn starts with internal feedback; it must start "
+                "with the user's own message (internal feedback belongs inside a turn)")
         raise InvalidMessage(
             f"invalid request: messages[{start}]: the open turn starts with a {messages[start].role.value} "
             "message; it must start with the user's message (earlier turns come from the store: do not resend them)")
@@ -127,10 +132,11 @@ def _open_turn(request: ChatRequest) -> tuple[tuple[Message, ...], tuple[Message
     seen: set[str] = set()
     for i in range(start + 1, len(messages)):
         m = messages[i]
-        if m.role is Role.USER:
+        if starts_turn(m):
             raise InvalidMessage(
                 f"invalid request: messages[{i}]: a second user message; a request holds one open turn "
-                "(earlier turns come from the store): send only the newest user message and its tool exchange")
+                "(earlier turns come from the store): send only the newest user message and its tool exchange "
+                "(a harness's injected feedback carries metadata internal_feedback: true and stays in the turn)")
         if m.role is Role.ASSISTANT:
             calls = [p.id for p in m.parts if isinstance(p, ToolCallPart)]
             if not calls:
@@ -157,6 +163,11 @@ def _open_turn(request: ChatRequest) -> tuple[tuple[Message, ...], tuple[Message
                         f"invalid request: messages[{i}]: tool result {call_id!r} answers no open tool call of "
                         "this turn; every result must answer an earlier assistant tool call, once")
                 del pending[call_id]
+        elif m.role is Role.USER:  # internal feedback (starts_turn is false): part of this turn
+            if pending:
+                raise InvalidMessage(
+                    f"invalid request: messages[{i}]: internal feedback before the result of tool call "
+                    f"{next(iter(pending))!r}; add the tool message with its result first")
         else:  # Invariant: ChatRequest allows system messages only as the leading prefix.
             raise AssertionError(f"system message at {i} after the prefix")
     if pending:

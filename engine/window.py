@@ -33,7 +33,9 @@ def check_reader(reader: object, where: str) -> None:
 class WindowReader:
     """Reads at most ``limit`` messages: all system messages merged into one leading system
     message (it counts toward the limit), then the longest suffix of whole user-led turns that
-    fits. A turn starts at each user message (or at the first non-system message); the walk
+    fits. A turn starts at each user message that is not internal feedback (metadata
+    ``internal_feedback`` JSON ``true``: ``schemas.messages.starts_turn``), or at the first
+    non-system message; the walk
     stops at the first turn that does not fit. If the newest turn (plus the merged system
     message) does not fit, ``read`` raises ``WindowTooSmall`` rather than split it.
 

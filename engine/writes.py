@@ -27,6 +27,7 @@ from schemas.batch import Batch, Receipt
 from schemas.errors import CommitUnconfirmed, CorruptLog, InvalidBatch, LogUnavailable, StateUnavailable
 from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event
 from schemas.ids import ConversationID
+from schemas.messages import starts_turn
 from schemas.positions import LogPosition
 from schemas.records import record_key
 from schemas.times import now_ms
@@ -131,9 +132,9 @@ class Writes:
             raise InvalidBatch(f"invalid replace_turn reason {reason!r}: expected 'edit' or 'retry'")
         if not isinstance(old_turn_id, str) or not old_turn_id:
             raise InvalidBatch(f"invalid old_turn_id {old_turn_id!r}: expected a turn id (HistoryTurn.id)")
-        if batch.messages[0].role != "user":
-            raise InvalidBatch("invalid replacement turn: it must start with its user message "
-                               f"(messages[0] is {batch.messages[0].role.value})")
+        if not starts_turn(batch.messages[0]):
+            raise InvalidBatch("invalid replacement turn: it must start with its user message, not internal "
+                               f"feedback (messages[0] is {batch.messages[0].role.value})")
         self._check_open()
         self._serve(batch.conversation_id)
         return self._submit_batch(batch, TurnReplaced.of(batch, _now_ms(), old_turn_id, reason), timeout)

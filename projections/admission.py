@@ -11,7 +11,8 @@ consumes the same log reaches the same decisions:
 * ``BatchAppended(c, a, d)``: ``c`` closed → **rejected_closed**; a receipt for ``(c, a)``
   exists → same digest: **duplicate** (the original receipt), other digest: **conflict**;
   else **accepted** (receipt evidence stored, message sequence numbers assigned by the full
-  projection in the same step);
+  projection in the same step; its messages' ``created_at`` is the later of the record's time
+  and the conversation's previous message's, so it never decreases, on every instance alike);
   with a precondition ``expected_last`` that does not name the conversation's last accepted
   append (``""``: that there is none) → **precondition_failed** (an identical retry of an
   accepted batch is a duplicate first, whatever its precondition);
@@ -140,6 +141,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         if row is not None and row.closed:
             return Decision(Outcome.DUPLICATE), None
         full.clear(tx, conv)
+        tx.delete(keys.open_key(conv))
         tx.put(keys.conv_key(conv), keys.ConversationRow(closed=True).encode())
         if not want_event:
             return Decision(Outcome.CLEARED), None
@@ -149,15 +151,18 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     refused = precheck(tx, row, event, batch, in_log_order=True)
     if refused is not None:
         return refused, None
-    row = row or keys.ConversationRow()
+    if row is None:  # the conversation's first accepted append: it is open from now on
+        row = keys.ConversationRow()
+        tx.put(keys.open_key(conv), b"")
     hidden = range(0)
+    created_ms = max(row.last_ms, event.created_at_ms)  # never earlier than the message before it
     if isinstance(event, TurnReplaced):
         latest = full.latest_turn(tx, conv, row)
         assert latest is not None  # Invariant: precheck refuses a replacement without a latest turn.
         first_seq, first_ord, hidden, turns = full.replace_latest_turn(tx, conv, row, latest[1], batch,
-                                                                       event.reason, event.created_at_ms)
+                                                                       event.reason, created_ms)
     else:
-        first_seq, first_ord, turns = full.append(tx, conv, row, batch, event.created_at_ms)
+        first_seq, first_ord, turns = full.append(tx, conv, row, batch, created_ms)
     row.last_append = batch.append_id
     tx.put(keys.conv_key(conv), row.encode())
     tx.put(keys.receipt_key(conv, append_id), keys.ReceiptRow.pack(event.digest, position.partition, position.offset,
@@ -165,7 +170,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     decision = Decision(Outcome.ACCEPTED, event.digest, position)
     if not want_event:
         return decision, None
-    created = time_of(event.created_at_ms)
+    created = time_of(created_ms)
     positions = full.positions(first_seq, turns)
     if isinstance(event, TurnReplaced):
         return decision, TurnReplacedEvent(conversation_id, event.old_turn_id, event.reason, batch.append_id,

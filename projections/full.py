@@ -3,19 +3,24 @@ the window, budget, turn-source, measure and cursor reads need (system messages,
 sources, running sums, each turn's first message) and the summary row; the hidden messages of
 replaced turns by position. ``keys`` explains why the visible rows are keyed by ordinal.
 
-Turn rule (``HistoryPosition``, docs/design.md §5.3): the turn position advances at every user message and is
-0 before the first one. A turn group starts at each user message, or at the first non-system
-message when that is not a user message.
+Turn rule (``HistoryPosition``, docs/design.md §5.3): the turn position advances at every user message
+that starts a turn (``schemas.messages.starts_turn``: not internal feedback) and is 0 before the
+first one. A turn group starts at each such message, or at the first non-system message when that
+is not one.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
+
+import orjson
 
 from projections import keys
 from projections.store import Tx
 from schemas.batch import Batch
 from schemas.ids import MessageID
+from schemas.messages import Message, starts_turn
 from schemas.positions import HistoryPosition
 
 __all__ = ["Rows", "append", "clear", "latest_turn", "positions", "replace_latest_turn", "turn_id"]
@@ -38,8 +43,10 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch,
            created_at_ms: int) -> tuple[int, int, list[int]]:
     """Store the batch's messages after the conversation's last visible one; update ``row`` in
     place. Per message: the full row (``M``), the turn-source row (``N``), the system index
-    (``S``) and, when it opens a turn, the turn index (``T``); per batch, the running sums before
-    each of its messages (``A``, keyed by its first ordinal). A 2-message turn writes 6 keys here.
+    (``S``), when it opens a turn, the turn index (``T``) and, when its metadata ``external_id``
+    is a JSON string, the external-id index (``X``); per batch, the running sums before each of
+    its messages (``A``, keyed by its first ordinal) and its time (``W``, keyed by time and first
+    ordinal: the time index of range reads). A 2-message turn writes 7 keys here.
 
     Returns the first sequence number and the first ordinal assigned, and the messages' turn
     positions (``positions`` makes their ``HistoryPosition``s, for the events that need them).
@@ -54,12 +61,18 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch,
     put = tx.put
     for index, message in enumerate(batch.messages):
         role = _ROLE_CODES[message.role]
-        if role == _USER:
+        opens = role == _USER and starts_turn(message)
+        if opens:
             turn += 1
-        if role == _USER or ord_ == 0:  # the first message of a turn position
+        if opens or ord_ == 0:  # the first message of a turn position
             turns += 1
             put(keys.turn_key(conv, turn), keys.turn_value(seq, ord_))
-        flags = keys.FLAG_INTERRUPTED if message.metadata.get("interrupted") == "true" else 0
+        metadata = message.metadata
+        flags = keys.FLAG_INTERRUPTED if metadata.get("interrupted") == "true" else 0
+        if metadata:
+            external = external_of(metadata)
+            if external is not None:
+                put(keys.external_key(conv, external, ord_), b"")
         canonical = message.canonical_json()
         content = message.content_json()  # without metadata: ``canonical`` itself, no copy
         size = len(content)
@@ -74,7 +87,9 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch,
         content_total += size
         seq += 1
     put(keys.aggregate_key(conv, first_ord), keys.AggregateRow.pack(sums))
+    put(keys.time_key(conv, created_at_ms, first_ord), b"")
     row.turn, row.turns, row.content_bytes, row.messages, row.next_seq = turn, turns, content_total, ord_, seq
+    row.last_ms = created_at_ms
     return first_seq, first_ord, turns_of
 
 
@@ -82,6 +97,15 @@ def positions(first_seq: int, turns: list[int]) -> tuple[HistoryPosition, ...]:
     """The positions of a batch's messages from ``append``'s first seq and turns (built only for
     the events that carry them: a replay without subscribers never needs them)."""
     return tuple(HistoryPosition(turn, first_seq + i) for i, turn in enumerate(turns))
+
+
+def external_of(metadata: Mapping[str, str]) -> bytes | None:
+    """The ``X`` key text of a message's metadata ``external_id`` when it is a JSON string (a
+    platform's own message id), else None: any other JSON value names no platform message."""
+    raw = metadata.get("external_id")
+    if raw is None or not raw.startswith('"'):
+        return None
+    return keys.external_text(orjson.loads(str(raw)))
 
 
 def turn_id(append_id: str, index: int) -> str:
@@ -134,6 +158,11 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_or
         head = keys.MessageRow.decode(message)
         if head.index == 0 and ord_ > first_ord:  # a hidden batch's sums: no floor read may find them
             tx.delete(keys.aggregate_key(conv, ord_))
+        if head.index == 0:  # nor a time seek its first ordinal (the replacement writes its own)
+            tx.delete(keys.time_key(conv, head.created_at_ms, ord_))
+        external = _external_of_row(head.canonical)
+        if external is not None:
+            tx.delete(keys.external_key(conv, external, ord_))
         hidden_first_seq = min(hidden_first_seq, head.seq)
         tx.put(keys.hidden_key(conv, head.turn, head.seq),
                keys.HiddenRow.pack(created_at_ms, reason, superseded_by, message))
@@ -147,6 +176,13 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_or
         for key in _VISIBLE:
             tx.delete(key(conv, ord_))
     return first_seq, new_first_ord, hidden, turns
+
+
+def _external_of_row(canonical: bytes) -> bytes | None:
+    """``external_of`` a stored message's metadata (its canonical JSON; only a replacement reads it)."""
+    if b'"external_id"' not in canonical:
+        return None
+    return external_of(Message.from_stored(canonical).metadata)
 
 
 _VISIBLE = (keys.message_key, keys.source_key)

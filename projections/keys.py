@@ -23,12 +23,23 @@ key                    meaning                                         value
                        whose first message has ordinal ``ord``
 ``T`` conv 1F turn     each visible turn's first message (cursors)     seq, ord
 ``H`` conv 1F turn seq a hidden message (its turn was replaced)       ``HiddenRow`` + ``MessageRow``
+``W`` conv 1F ms ord   each visible batch by time (its first ordinal)  empty
+``X`` conv 1F ext 1F   a visible message whose metadata ``external_id``  empty
+      ord              is the JSON string ``ext`` (canonical spelling)
+``O`` conv             an open conversation (listing pages)            empty
 ``P`` name 00 part     checkpoint: next offset to apply (``core``'s:   offset (``core``: + ``Stats``)
                        with the partition's admission counters)
 ``Q`` part offset      a quarantined poison record                     reason (UTF-8)
 ``U`` name 00 part key a custom projection's rows of one partition     the projection's bytes
 ``m`` name             metadata (layout version, backend identity)     ``STATE_FORMAT``, JSON
 =====================  ==============================================  =========================================
+
+``created_at`` never decreases within a conversation (admission stores the later of the
+previous message's time and the record's, ``ConversationRow.last_ms``), and a batch's messages
+share one time, so ``W`` is in ordinal order too: a time bound is one seek to the first batch at
+or after it. ``X`` keeps every visible message with an external id; the newest is the greatest
+key under ``X conv 1F ext 1F`` (one floor seek), and a hidden message's row leaves with it.
+``O`` is the set of open conversations, so a listing page never steps over closed ones.
 
 Everything a partition's records wrote can be dropped without touching another partition
 (``engine.revoke(p, drop=True)``): checkpoints (with the counters), poison and custom rows carry the
@@ -53,6 +64,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from schemas.canonical import dumps
 from schemas.events import REPLACE_REASONS
 
 __all__ = [
@@ -61,11 +73,13 @@ __all__ = [
     "CONVERSATION",
     "CUSTOM",
     "EVIDENCE_FORMATS",
+    "EXTERNAL",
     "FORMAT_KEY",
     "HIDDEN",
     "IDENTITY_KEY",
     "MESSAGE",
     "META",
+    "OPEN",
     "POISON",
     "RECEIPT",
     "RECEIPT_END",
@@ -74,6 +88,7 @@ __all__ = [
     "SOURCE",
     "STATE_FORMAT",
     "SYSTEM",
+    "TIME",
     "TURN",
     "AggregateRow",
     "ConversationRow",
@@ -92,10 +107,15 @@ __all__ = [
     "conversations_range",
     "custom_keyspace",
     "custom_partition_keyspace",
+    "external_key",
+    "external_range",
+    "external_text",
     "hidden_key",
     "message_key",
     "message_keys",
     "meta_key",
+    "open_key",
+    "open_range",
     "poison_key",
     "poison_partition_range",
     "poison_range",
@@ -104,25 +124,30 @@ __all__ = [
     "read_checkpoint_stats",
     "read_conv_key",
     "read_key_u64",
+    "read_open_key",
     "read_poison_key",
     "read_receipt_key",
+    "read_time_key",
     "read_turn_value",
     "receipt_key",
     "source_key",
     "system_key",
+    "time_key",
     "turn_key",
     "turn_value",
 ]
 
-EVIDENCE_FORMATS = frozenset({b"5", b"6"})
+EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7"})
 """The layouts whose ``core`` checkpoint rows begin with the next offset to apply (a u64): their
 checkpoints are evidence of acknowledged records (``engine/state.py``) even when the layout is
 older than ``STATE_FORMAT`` and is about to be rebuilt. Add each new layout that keeps that."""
 
-STATE_FORMAT = b"6"
+STATE_FORMAT = b"7"
 """Version of this layout and of the admission rules that filled it (``m format``); a state of
-another version is rebuilt. 6: one ``A`` row per batch instead of one per message, and the
-admission counters in ``core``'s checkpoint row instead of an ``X`` row of their own (a 2-message
+another version is rebuilt. 7: a user message flagged internal feedback opens no turn (turn
+positions change), ``created_at`` never decreases within a conversation, and the ``W``, ``X``
+and ``O`` indexes of history navigation. 6: one ``A`` row per batch instead of one per message,
+and the admission counters in ``core``'s checkpoint row instead of an ``X`` row of their own (a 2-message
 batch writes 8 keys, not 9, and a step 1 key per partition, not 2). 5: counters and custom
 projection rows per partition, so a partition's state is dropped whole. 4: every field of a
 decoded event is validated before admission, so a state of 3 may hold records (or counters)
@@ -145,7 +170,11 @@ CUSTOM = b"U"
 META = b"m"
 _NAME_END = b"\x00"  # ends a name (checkpoints, custom projections): names hold no control character
 
-CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT)
+TIME = b"W"
+EXTERNAL = b"X"
+OPEN = b"O"
+
+CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT, TIME, EXTERNAL)
 """Every keyspace under ``prefix conv 1F``: what a clear drops (the ``C`` row keeps the closure)."""
 
 ROLE_CODES = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
@@ -250,6 +279,50 @@ def turn_key(conv: bytes, turn: int) -> bytes:
     return TURN + conv + SEP + _U64.pack(turn)
 
 
+def time_key(conv: bytes, created_at_ms: int, first_ord: int) -> bytes:
+    """A visible batch by time: ``(ms, first ordinal)``, so a seek to ``time_key(conv, t, 0)``
+    finds the first batch stored at or after ``t``."""
+    return TIME + conv + SEP + _U64.pack(created_at_ms) + _U64.pack(first_ord)
+
+
+def read_time_key(key: bytes) -> tuple[int, int]:
+    """``(created_at_ms, first_ord)`` of a ``W`` key."""
+    ms, ord_ = _TURN.unpack_from(key, len(key) - _TURN.size)
+    return ms, ord_
+
+
+def external_text(external_id: str) -> bytes:
+    """The canonical JSON spelling of an external id (a JSON string): how ``X`` keys hold it, the
+    same whatever escapes the metadata used. It holds no control character (those are escaped),
+    so the ``1F`` after it ends it."""
+    return dumps(external_id)
+
+
+def external_key(conv: bytes, external: bytes, ord_: int) -> bytes:
+    """A visible message with external id ``external`` (``external_text``) at ordinal ``ord_``."""
+    return EXTERNAL + conv + SEP + external + SEP + _U64.pack(ord_)
+
+
+def external_range(conv: bytes, external: bytes) -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of the ``X`` rows of one external id, oldest ordinal first."""
+    lower = EXTERNAL + conv + SEP + external + SEP
+    return lower, prefix_end(lower)
+
+
+def open_key(conv: bytes) -> bytes:
+    return OPEN + conv
+
+
+def open_range(prefix: bytes = b"") -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of the ``O`` rows of the open conversations whose id starts with ``prefix``."""
+    return OPEN + prefix, prefix_end(OPEN + prefix)
+
+
+def read_open_key(key: bytes) -> bytes:
+    """The conversation id bytes of an ``O`` key."""
+    return key[len(OPEN):]
+
+
 def conv_range(prefix: bytes, conv: bytes) -> tuple[bytes, bytes]:
     """``[lower, upper)`` covering every ``prefix conv 1F ...`` key."""
     return prefix + conv + SEP, prefix + conv + END
@@ -336,7 +409,7 @@ IDENTITY_KEY = meta_key("identity")
 """Holds the identity (JSON) of the log the state was built from."""
 
 
-_CONV = struct.Struct(">BQQQQQ")
+_CONV = struct.Struct(">BQQQQQQ")
 
 
 @dataclass(slots=True)
@@ -347,6 +420,8 @@ class ConversationRow:
     ``turns`` counts the distinct turn positions of the visible messages (the units of a
     turn-budgeted read: the leading messages before the first user message are one).
     ``last_append`` is the append id of the last accepted append ("" before the first).
+    ``last_ms`` is the time of its latest message, hidden ones included: a later message is never
+    stored with an earlier time (``created_at`` never decreases within a conversation).
     """
 
     closed: bool = False
@@ -356,15 +431,16 @@ class ConversationRow:
     messages: int = 0
     content_bytes: int = 0
     last_append: str = ""
+    last_ms: int = 0
 
     def encode(self) -> bytes:
         return _CONV.pack(1 if self.closed else 0, self.next_seq, self.turn, self.turns,
-                          self.messages, self.content_bytes) + self.last_append.encode("utf-8")
+                          self.messages, self.content_bytes, self.last_ms) + self.last_append.encode("utf-8")
 
     @classmethod
     def decode(cls, b: bytes) -> ConversationRow:
-        closed, next_seq, turn, turns, messages, content = _CONV.unpack_from(b)
-        return cls(bool(closed), next_seq, turn, turns, messages, content, b[_CONV.size:].decode("utf-8"))
+        closed, next_seq, turn, turns, messages, content, last_ms = _CONV.unpack_from(b)
+        return cls(bool(closed), next_seq, turn, turns, messages, content, b[_CONV.size:].decode("utf-8"), last_ms)
 
 
 _RECEIPT = struct.Struct(">IQQIQ")

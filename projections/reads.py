@@ -12,12 +12,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Literal, NamedTuple
 
-from projections import keys
+from projections import keys, navigation
+from projections.navigation import Order, message_id
 from projections.store import Snapshot, StateStore
 from projections.window import fit_turns, merge_system
-from schemas.batch import HistoryLoad, HistoryTurn, Measure, StoredMessage, StoredWindow, TurnSource
+from schemas.batch import HistoryLoad, HistoryTurn, Located, Measure, StoredMessage, StoredWindow, TurnSource
 from schemas.errors import NotFound
-from schemas.ids import AppendID, ConversationID, MessageID
+from schemas.ids import ConversationID, MessageID
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
 from schemas.times import time_of
@@ -49,29 +50,12 @@ def _cursors(after: HistoryPosition | None, before: HistoryPosition | None
     return after, before
 
 
-message_id = MessageID.format
-"""Stable id of a stored message, ``APPEND_ID/INDEX``: unique within its conversation (append ids are)."""
+_stored = navigation.stored
+_hidden = navigation.stored_hidden
 
 
 def _time(ms: int) -> datetime:
     return time_of(ms)  # the one conversion of event times, exact (admission only stores representable ones)
-
-
-def _stored(row: keys.MessageRow, superseded_by: str | None = None, reason: str | None = None) -> StoredMessage:
-    return StoredMessage(
-        message_id(row.append_id, row.index),
-        Message.from_stored(row.canonical),
-        HistoryPosition(row.turn, row.seq),
-        AppendID(row.append_id),
-        _time(row.created_at_ms),
-        superseded_by,
-        reason,
-    )
-
-
-def _hidden(value: bytes) -> StoredMessage:
-    _, reason, superseded_by, message = keys.HiddenRow.decode(value)
-    return _stored(keys.MessageRow.decode(message), superseded_by, reason)
 
 
 def _source(value: bytes) -> TurnSource:
@@ -114,12 +98,8 @@ class Reads:
         return out
 
     def conversations(self) -> list[ConversationID]:
-        snap = self.store.iterator()
-        out = []
-        for k, v in snap.scan(*keys.conversations_range()):
-            if not keys.ConversationRow.decode(v).closed:
-                out.append(ConversationID(keys.read_conv_key(k).decode("utf-8")))
-        return out
+        """Every open conversation, in lexical order (the ``O`` index: no closed one is visited)."""
+        return self.conversation_page("", None, None)
 
     def closed(self, conv: str) -> bool:
         """Whether ``conv`` was cleared (one point read)."""
@@ -176,9 +156,12 @@ class Reads:
                 for _, v in snap.scan(keys.message_key(c, 0), keys.message_key(c, row.messages))]
 
     def entries(self, conv: str, after: HistoryPosition | None, before: HistoryPosition | None,
-                limit: int | None, include_hidden: bool = False) -> list[StoredMessage]:
-        """Messages with ``after < position < before`` in stored order, at most ``limit``;
-        with ``include_hidden``, the messages of replaced turns too (merged by position)."""
+                limit: int | None, include_hidden: bool = False, order: Order = "asc",
+                since_ms: int | None = None, until_ms: int | None = None) -> list[StoredMessage]:
+        """Messages with ``after < position < before`` and ``since_ms <= created_at < until_ms``,
+        at most ``limit``: the oldest in stored order (``asc``) or the newest, newest first
+        (``desc``); with ``include_hidden``, the messages of replaced turns too (merged by
+        position). Visits the result plus O(1) keys (``navigation``)."""
         bounds = _cursors(after, before)
         opened = None if bounds is _NOTHING else self._open(conv)
         if opened is None:
@@ -186,27 +169,33 @@ class Reads:
         snap, c, row = opened
         after, before = bounds  # type: ignore[misc]
         lo, hi = self._ord_range(snap, c, row.messages, after, before)
-        if limit is not None:
-            hi = min(hi, lo + limit)
-        rows = snap.scan(keys.message_key(c, lo), keys.message_key(c, hi))
-        out = [_stored(keys.MessageRow.decode(v)) for _, v in rows]
+        lo, hi = navigation.time_range(snap, c, row.messages, lo, hi, since_ms, until_ms)
+        out = navigation.visible_page(snap, c, lo, hi, limit, order)
         if not include_hidden:
             return out
-        return self._with_hidden(snap, c, out, after, before, limit)
-
-    def _with_hidden(self, snap: Snapshot, conv: bytes, visible: list[StoredMessage], after: HistoryPosition | None,
-                     before: HistoryPosition | None, limit: int | None) -> list[StoredMessage]:
-        """Merge the hidden rows (keyed by position, so the cursors are key bounds) into ``visible``."""
-        first, end = keys.conv_range(keys.HIDDEN, conv)
-        lower = first if after is None else keys.hidden_key(conv, after.turn, after.seq + 1)
-        upper = end if before is None else keys.hidden_key(conv, before.turn, before.seq)
-        hidden: list[StoredMessage] = []
-        for _, value in snap.scan(lower, upper):
-            if limit is not None and len(hidden) >= limit:
-                break
-            hidden.append(_hidden(value))
-        merged = sorted(visible + hidden, key=lambda m: m.position)
+        hidden = navigation.hidden_page(snap, c, after, before, limit, order, since_ms, until_ms)
+        merged = sorted(out + hidden, key=lambda m: m.position, reverse=order == "desc")
         return merged if limit is None else merged[:limit]
+
+    def position_of(self, conv: str, message_id_: str) -> HistoryPosition:
+        """The position of the visible message ``message_id_``; ``NotFound`` otherwise (two point reads)."""
+        _, _, _, message = self._visible_message(conv, message_id_)
+        return HistoryPosition(message.turn, message.seq)
+
+    def locate(self, conv: str, external_id: str, before: int, after: int) -> Located:
+        """``navigation.locate``; ``NotFound`` when no visible message has that external id."""
+        conv = str(conv)
+        opened = self._open(conv)
+        found = None if opened is None else navigation.locate(opened.snap, opened.conv, opened.row.messages,
+                                                              external_id, before, after)
+        if found is None:
+            raise NotFound(f"conversation {conv!r} has no visible message with external_id {external_id!r}")
+        return found
+
+    def conversation_page(self, prefix: str, after: str | None, limit: int | None,
+                          keep: Callable[[bytes], bool] | None = None) -> list[ConversationID]:
+        """``navigation.conversation_page`` on one snapshot."""
+        return navigation.conversation_page(self.store.iterator(), prefix, after, limit, keep)
 
     # -- turns ---------------------------------------------------------------------------------
     def turn(self, conv: str, message_id_: str) -> HistoryTurn:
@@ -216,6 +205,21 @@ class Reads:
             wanted = MessageID.parse(message_id_)  # before any read: a malformed id names no message
         except NotFound as e:
             raise NotFound(f"conversation {conv!r}: {e}") from None
+        snap, c, row, message = self._visible_message(conv, message_id_, wanted)
+        if message.turn == 0:
+            raise NotFound(f"message {message_id_!r} of {conv!r} comes before the first user message: "
+                           "it belongs to no turn")
+        return self._turn(snap, c, row.messages, message.turn)
+
+    def _visible_message(self, conv: str, message_id_: str, wanted: MessageID | None = None
+                         ) -> tuple[Snapshot, bytes, keys.ConversationRow, keys.MessageRow]:
+        """The row of the visible message ``message_id_`` (its receipt names its ordinal);
+        ``NotFound`` for an unknown, malformed or hidden one."""
+        if wanted is None:
+            try:
+                wanted = MessageID.parse(message_id_)
+            except NotFound as e:
+                raise NotFound(f"conversation {conv!r}: {e}") from None
         opened = self._open(conv)
         if opened is None:
             raise NotFound(f"conversation {conv!r} has no message {message_id_!r} (unknown or cleared conversation)")
@@ -231,10 +235,7 @@ class Reads:
         if message is None or message.seq != seq:  # its turn was replaced: another message has the ordinal now
             raise NotFound(f"message {message_id_!r} of {conv!r} is hidden: its turn was replaced "
                            "(entries(..., include_hidden=True) lists it)")
-        if message.turn == 0:
-            raise NotFound(f"message {message_id_!r} of {conv!r} comes before the first user message: "
-                           "it belongs to no turn")
-        return self._turn(snap, c, row.messages, message.turn)
+        return snap, c, row, message
 
     def latest_turn(self, conv: str) -> HistoryTurn | None:
         """The latest visible user-led turn, or None."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import TypeVar
 
 from schemas.errors import WindowTooSmall
-from schemas.messages import Message, Role, TextPart
+from schemas.messages import Message, Role, TextPart, starts_turn
 
 __all__ = ["merge_system", "select_window", "split_turns"]
 
@@ -31,13 +31,14 @@ def merge_system(messages: Sequence[Message]) -> Message:
 
 
 def split_turns(messages: Sequence[Message]) -> list[list[Message]]:
-    """Non-system messages grouped into turns: a turn starts at each user message, or at the
-    first non-system message when that is not a user message."""
+    """Non-system messages grouped into turns: a turn starts at each user message that is not
+    internal feedback (``schemas.messages.starts_turn``), or at the first non-system message when
+    that is not one."""
     turns: list[list[Message]] = []
     for m in messages:
         if m.role == Role.SYSTEM:
             continue
-        if m.role == Role.USER or not turns:
+        if starts_turn(m) or not turns:
             turns.append([m])
         else:
             turns[-1].append(m)

@@ -4,7 +4,7 @@ Everything here is validated on construction and immutable. The canonical JSON o
 (``docs/canonical-json.md``) is what the log stores and digests.
 """
 
-from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
+from schemas.batch import Batch, HistoryLoad, HistoryTurn, Located, Measure, Receipt, StoredMessage, TurnSource
 from schemas.canonical import FrozenDict, RawJSON, digest_of
 from schemas.chat import (
     ChatDelta,
@@ -104,6 +104,7 @@ __all__ = [
     "InvalidWindow",
     "KeyErased",
     "KeyStoreDamaged",
+    "Located",
     "LogPosition",
     "LogUnavailable",
     "Measure",

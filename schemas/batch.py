@@ -28,6 +28,7 @@ __all__ = [
     "Batch",
     "HistoryLoad",
     "HistoryTurn",
+    "Located",
     "Measure",
     "Receipt",
     "StoredMessage",
@@ -403,6 +404,16 @@ class HistoryTurn:
     request_message_id: str
     assistant_message_id: str | None
     messages: list[StoredMessage]
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """``locate``'s answer: the newest visible message with that external id, with up to the
+    asked number of visible messages before and after it, each list in stored order."""
+
+    message: StoredMessage
+    before: list[StoredMessage]
+    after: list[StoredMessage]
 
 
 _Row = TypeVar("_Row", "StoredMessage", "TurnSource")

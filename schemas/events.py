@@ -67,6 +67,7 @@ from schemas.times import check_time_ms
 
 if TYPE_CHECKING:  # pragma: no cover
     from schemas.batch import Batch
+    from schemas.messages import Message
 
 __all__ = [
     "BATCH_APPENDED_FINGERPRINT",
@@ -457,6 +458,14 @@ def _batch_readers() -> tuple[Callable[[str, str, bytes], Batch], Callable[..., 
     return _READERS[0], _READERS[1]
 
 
+def _starts_turn(message: Message) -> bool:
+    """``schemas.messages.starts_turn`` (imported on use: only replacements ask, and the codec
+    itself needs no message model)."""
+    from schemas.messages import starts_turn
+
+    return starts_turn(message)
+
+
 def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None, *, fast: bool = True) -> Batch:
     """The batch a decoded event carries, checked: ``CorruptLog`` unless ``messages`` has the
     event's digest and is the canonical JSON of valid messages whose count and content bytes are
@@ -490,7 +499,7 @@ def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None,
     if len(batch) != event.message_count or batch.content_bytes() != event.content_bytes:
         reason = "message_count or content_bytes does not match the messages"
         raise CorruptLog(reason, reason=reason)
-    if isinstance(event, TurnReplaced) and batch.messages[0].role != "user":
-        reason = "a replacement turn must start with its user message"
+    if isinstance(event, TurnReplaced) and not _starts_turn(batch.messages[0]):
+        reason = "a replacement turn must start with its user message (not internal feedback)"
         raise CorruptLog(reason, reason=reason)
     return batch

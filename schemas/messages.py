@@ -46,6 +46,7 @@ from schemas.parts import (
 
 __all__ = [
     "ALLOWED_KINDS",
+    "INTERNAL_FEEDBACK",
     "AnyPart",
     "Citation",
     "ContentItem",
@@ -61,6 +62,7 @@ __all__ = [
     "ToolCallPart",
     "ToolOutput",
     "ToolResultPart",
+    "starts_turn",
 ]
 
 
@@ -169,3 +171,16 @@ class Message(Model):
     def _full_recompute(self) -> bytes:
         """Serialise from the field values, ignoring every cache (benchmarks and tests)."""
         return dumps(self._fresh_tree())
+
+
+INTERNAL_FEEDBACK = "internal_feedback"
+"""The metadata key an agent harness sets to JSON ``true`` on a user message it injects itself
+("tests failed, try again"): stored and replayed as a user message, but inside the current turn."""
+
+
+def starts_turn(message: Message) -> bool:
+    """The one rule of where a turn starts: at a user message that is not internal feedback
+    (metadata ``internal_feedback`` JSON ``true``). The projector's turn positions, windows
+    (``WindowReader`` too), budgets, turn ids and the middleware's open turn all follow it, so an
+    injected "try again" never splits the request from its tool exchange."""
+    return message.role is Role.USER and message.metadata.get(INTERNAL_FEEDBACK) != "true"

@@ -16,7 +16,7 @@ from typing import Final
 
 from schemas.errors import InvalidConfiguration
 
-__all__ = ["MAX_TIME_MS", "MIN_TIME_MS", "check_time_ms", "iso_time", "now_ms", "time_of", "time_problem"]
+__all__ = ["MAX_TIME_MS", "MIN_TIME_MS", "check_time_ms", "iso_time", "ms_bound", "now_ms", "time_of", "time_problem"]
 
 MIN_TIME_MS: Final = 0
 """The earliest event time: 1970-01-01T00:00:00.000Z, in ms since the Unix epoch."""
@@ -69,3 +69,13 @@ def iso_time(when: datetime) -> str:
     """``when`` as the JSON and the CLI spell event times: ISO 8601 in UTC, milliseconds, ``Z``
     (``2025-03-13T10:04:11.402Z``)."""
     return when.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def ms_bound(when: datetime) -> int:
+    """The first stored time (ms) at or after the aware ``when``, clamped to
+    ``MIN_TIME_MS..MAX_TIME_MS + 1``: ``t >= when`` exactly when ``t >= ms_bound(when)`` and
+    ``t < when`` exactly when ``t < ms_bound(when)`` for every stored ``t``, so both ends of a
+    time range (``since <= created_at < until``) are one integer bound."""
+    delta = when - _EPOCH
+    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return min(max(-(-micros // 1000), MIN_TIME_MS), MAX_TIME_MS + 1)

@@ -14,7 +14,7 @@ from engine.cli.cluster import cmd_cluster
 from engine.cli.exits import UsageError
 from engine.cli.keys import cmd_keygen
 from engine.cli.ops import cmd_rebuild, cmd_stats, cmd_tail
-from engine.cli.reads import cmd_list, cmd_read, cmd_turns
+from engine.cli.reads import cmd_list, cmd_locate, cmd_read, cmd_turns
 from engine.cli.serve import add_serve, cmd_serve
 from engine.cli.target import DEFAULT_DATA, DEFAULT_TOPIC
 from engine.cli.tools import cmd_bench, cmd_demo, cmd_log_verify, cmd_replay
@@ -113,8 +113,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--unit", choices=("turn", "message"), help="with --max-bytes: keep whole turns (default) "
                    "or single messages")
     p.add_argument("--after", metavar="TURN:SEQ", help="only messages after this position (exclusive)")
+    p.add_argument("--before", metavar="TURN:SEQ", help="only messages before this position (exclusive; with "
+                   "--order desc: the page before the one whose last line has this position)")
+    p.add_argument("--order", choices=("asc", "desc"), help="asc: oldest first (default); desc: newest first, so "
+                   "--limit keeps the newest")
+    p.add_argument("--limit", metavar="N", type=_integer, help="at most N messages")
+    p.add_argument("--since", metavar="ISO", help="only messages created at or after this time (ISO 8601; "
+                   "UTC when it has no zone)")
+    p.add_argument("--until", metavar="ISO", help="only messages created before this time (exclusive)")
     p.add_argument("--include-hidden", action="store_true",
                    help="also the messages of replaced turns, marked hidden (not with --window/--max-bytes/--measure)")
+    p.add_argument("--json", action="store_true", help="JSON output")
+
+    p = command("locate", cmd_locate, "find the message a platform refers to by its own id",
+                "Print the newest visible message of CONVERSATION whose metadata external_id is EXTERNAL_ID "
+                "(a platform's own message id: Telegram, Slack, WhatsApp), with up to --context N visible "
+                "messages before and after it, marked with >. --json prints {\"message\", \"before\", "
+                "\"after\"}. Exits 2 when no visible message has that id.")
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("external_id", metavar="EXTERNAL_ID")
+    p.add_argument("--context", metavar="N", type=_integer, default=0,
+                   help="also up to N visible messages before and N after it")
     p.add_argument("--json", action="store_true", help="JSON output")
 
     p = command("turns", cmd_turns, "list a conversation's visible turns",
@@ -141,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--answer", metavar="TEXT", help="with --text: the new turn's assistant answer")
 
     p = command("list", cmd_list, "list open conversations in lexical order")
+    p.add_argument("--prefix", metavar="P", help="only ids starting with P (e.g. bot-7/ for one bot's "
+                   "conversations, with such an id convention)")
+    p.add_argument("--after", metavar="ID", help="only ids after this one (exclusive: the last id of a page)")
+    p.add_argument("--limit", metavar="N", type=_integer, help="at most N ids")
     p.add_argument("--json", action="store_true", help="a JSON array of ids")
 
     p = command("clear", cmd_clear, "close a conversation forever (idempotent)",

@@ -1,11 +1,12 @@
-"""The commands that read: ``read`` (the history, a window, a byte budget, turn sources, a
-measure), ``turns`` and ``list``. Each checks its flags, makes one engine call and prints the
+"""The commands that read: ``read`` (the history or a page of it, a window, a byte budget, turn
+sources, a measure), ``turns``, ``locate`` and ``list``. Each checks its flags, makes one engine call and prints the
 result: text lines from ``engine.render``, JSON as the schemas serialise their values."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from datetime import UTC, datetime
 from typing import TextIO
 
 from engine.cli.exits import OK, UsageError
@@ -16,7 +17,7 @@ from schemas.errors import InvalidWindow
 from schemas.ids import ConversationID
 from schemas.positions import HistoryPosition
 
-__all__ = ["cmd_list", "cmd_read", "cmd_turns"]
+__all__ = ["cmd_list", "cmd_locate", "cmd_read", "cmd_turns"]
 
 _LEFT_OUT = "… older messages left out (over the byte budget)"
 
@@ -24,10 +25,25 @@ _LEFT_OUT = "… older messages left out (over the byte budget)"
 def _parse_after(text: str | None) -> HistoryPosition:
     if text is None:
         return HistoryPosition.START
+    return _parse_position(text, "--after")
+
+
+def _parse_position(text: str, flag: str) -> HistoryPosition:
     try:
         return HistoryPosition.parse(text)
     except ValueError as exc:
-        raise UsageError(f"invalid --after: {exc}") from None
+        raise UsageError(f"invalid {flag}: {exc}") from None
+
+
+def _parse_time(text: str | None, flag: str) -> datetime | None:
+    """An ISO 8601 time; one without a zone is UTC (what the CLI prints: ``...Z``)."""
+    if text is None:
+        return None
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"invalid {flag} {text!r}: expected an ISO 8601 time, e.g. 2025-03-13T10:04:11.402Z") from None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def cmd_read(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
@@ -39,6 +55,11 @@ def cmd_read(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     if ns.include_hidden and (ns.window is not None or ns.max_bytes is not None or ns.measure):
         raise UsageError("--include-hidden lists the whole history; it does not go with --window, --max-bytes "
                          "or --measure (those read the visible history)")
+    paging = [f for f, v in (("--before", ns.before), ("--order", ns.order), ("--limit", ns.limit),
+                             ("--since", ns.since), ("--until", ns.until)) if v is not None]
+    if paging and (ns.window is not None or ns.max_bytes is not None or ns.measure):
+        raise UsageError(f"{paging[0]} pages the stored messages; it does not go with --window, --max-bytes "
+                         "or --measure")
     if ns.window is not None:
         if ns.after is not None:
             raise UsageError("--after cannot be combined with --window (a window is the newest whole turns)")
@@ -57,8 +78,12 @@ def cmd_read(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
         return _read_sources(target, conversation, ns.max_bytes, after, unit, ns.json, out)
     if ns.max_bytes is not None:
         return _read_budget(target, conversation, ns.max_bytes, after, unit, ns.json, out)
+    before = None if ns.before is None else _parse_position(ns.before, "--before")
+    since, until = _parse_time(ns.since, "--since"), _parse_time(ns.until, "--until")
     with target.open() as engine:
-        entries = engine.entries(conversation, after=after, include_hidden=ns.include_hidden)
+        entries = engine.entries(conversation, after=None if ns.after is None else after, before=before,
+                                 limit=ns.limit, include_hidden=ns.include_hidden, order=ns.order or "asc",
+                                 since=since, until=until)
     if ns.json:
         print_lines(out, json_text([e.to_json() for e in entries]))
     else:
@@ -133,9 +158,23 @@ def cmd_turns(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     return OK
 
 
+def cmd_locate(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    """The message a platform refers to by its id, with its neighbours; exit 2 when none has it."""
+    conversation = ConversationID(ns.conversation)
+    with target.open() as engine:
+        found = engine.locate(conversation, ns.external_id, ns.context, ns.context)
+    if ns.json:
+        print_lines(out, json_text({"message": found.message.to_json(), "before": [e.to_json() for e in found.before],
+                                    "after": [e.to_json() for e in found.after]}))
+        return OK
+    print_lines(out, *(f"  {entry_line(e)}" for e in found.before), f"> {entry_line(found.message)}",
+                *(f"  {entry_line(e)}" for e in found.after))
+    return OK
+
+
 def cmd_list(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     with target.open() as engine:
-        conversations = engine.conversations()
+        conversations = engine.conversations(prefix=ns.prefix, after=ns.after, limit=ns.limit)
     if ns.json:
         print_lines(out, json.dumps([str(c) for c in conversations], ensure_ascii=False))
     else:

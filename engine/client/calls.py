@@ -16,36 +16,63 @@ its problem+json and is raised as that class.
 from __future__ import annotations
 
 from collections.abc import Generator
+from datetime import datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import orjson
 
-from engine.arguments import Empty, check_budget, check_cursors, check_timeout, check_window, expected_of
+from engine.arguments import (
+    Empty,
+    check_budget,
+    check_context,
+    check_cursors,
+    check_limit,
+    check_order,
+    check_prefix,
+    check_timeout,
+    check_window,
+    expected_of,
+    time_bound,
+)
 from engine.client.policy import Request
 from engine.facade import EngineStats
 from engine.service.wire import (
     MAX_INT,
     StatsOut,
+    history_position_of,
+    located_of,
     log_position_of,
     measure_of,
     receipt_of,
     source_of,
     stats_of,
     stored_of,
+    time_text,
     turn_of,
 )
+from projections.navigation import Order
 from projections.reads import Unit
-from schemas.batch import Batch, HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, StoredWindow, TurnSource
-from schemas.errors import InvalidBatch, InvalidRequest, LogUnavailable
+from schemas.batch import (
+    Batch,
+    HistoryLoad,
+    HistoryTurn,
+    Located,
+    Measure,
+    Receipt,
+    StoredMessage,
+    StoredWindow,
+    TurnSource,
+)
+from schemas.errors import InvalidBatch, InvalidRequest, InvalidWindow, LogUnavailable
 from schemas.event_rules import REPLACE_REASONS
-from schemas.ids import ConversationID
+from schemas.ids import ConversationID, MessageID
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
 
 __all__ = ["Plan", "append", "clear", "conversations", "entries", "latest_interrupted_checkpoint", "latest_turn",
-           "measure", "poison", "read", "read_within_bytes", "replace_turn", "stats", "turn", "turn_sources",
-           "turns", "window", "window_entries"]
+           "locate", "measure", "poison", "position_of", "read", "read_within_bytes", "replace_turn", "stats", "turn",
+           "turn_sources", "turns", "window", "window_entries"]
 
 T = TypeVar("T")
 Plan = Generator[Request, Any, T]
@@ -146,13 +173,43 @@ def clear(conversation_id: str, timeout: float | None = None) -> Plan[None]:
 
 # ----- reads
 def entries(conversation_id: str, after: HistoryPosition | None = None, before: HistoryPosition | None = None,
-            limit: int | None = None, include_hidden: bool = False) -> Plan[list[StoredMessage]]:
-    """``HistoryEngine.entries``: ``GET .../messages``."""
+            limit: int | None = None, include_hidden: bool = False, order: Order = "asc",
+            since: datetime | None = None, until: datetime | None = None) -> Plan[list[StoredMessage]]:
+    """``HistoryEngine.entries``: ``GET .../messages`` (``order``, ``since``, ``until`` too)."""
     path = _conv(conversation_id) + "/messages"
     check_cursors(after, before)
-    tree = yield Request("GET", path, _params(after=after, before=before, limit=limit,
-                                              include_hidden=include_hidden or None), conversation=str(conversation_id))
+    check_limit(limit)
+    check_order(order)
+    time_bound(since, "since")
+    time_bound(until, "until")
+    query = _params(after=after, before=before, limit=limit, include_hidden=include_hidden or None,
+                    order=None if order == "asc" else order, since=None if since is None else time_text(since),
+                    until=None if until is None else time_text(until))
+    tree = yield Request("GET", path, query, conversation=str(conversation_id))
     return [stored_of(row) for row in _field(tree, "messages")]
+
+
+def position_of(conversation_id: str, message_id: str) -> Plan[HistoryPosition]:
+    """``HistoryEngine.position_of``: ``GET .../messages/{m}/position``."""
+    path = _conv(conversation_id)
+    if not isinstance(message_id, str):
+        raise InvalidRequest(f"invalid message_id: expected a str, got {type(message_id).__name__}")
+    MessageID.parse(message_id)  # NotFound for what spells no message id, as the engine, before any request
+    tree = yield Request("GET", f"{path}/messages/{_seg(message_id)}/position", conversation=str(conversation_id))
+    text = _field(tree, "position")
+    return history_position_of(text if isinstance(text, str) else "", "position")
+
+
+def locate(conversation_id: str, external_id: str, before: int = 0, after: int = 0) -> Plan[Located]:
+    """``HistoryEngine.locate``: ``GET .../external/{external_id}?before=&after=``."""
+    path = _conv(conversation_id)
+    if not isinstance(external_id, str):
+        raise InvalidWindow(f"invalid external_id: expected a str, got {type(external_id).__name__}")
+    check_context(before, "before")
+    check_context(after, "after")
+    tree = yield Request("GET", f"{path}/external/{_seg(external_id)}",
+                         _params(before=before or None, after=after or None), conversation=str(conversation_id))
+    return located_of(tree)
 
 
 def read(conversation_id: str, at_least: Receipt | None = None, timeout: float | None = None
@@ -258,18 +315,23 @@ def latest_interrupted_checkpoint(conversation_id: str) -> Plan[StoredMessage | 
     return None if tree is None else stored_of(tree)
 
 
-def conversations(prefix: str | None = None) -> Plan[list[ConversationID]]:
-    """``HistoryEngine.conversations``: every page of ``GET /v1/conversations``, following ``next``."""
-    if prefix is not None and not isinstance(prefix, str):
-        raise InvalidRequest(f"invalid prefix: expected a str, got {type(prefix).__name__}")
+def conversations(prefix: str | None = None, after: str | None = None,
+                  limit: int | None = None) -> Plan[list[ConversationID]]:
+    """``HistoryEngine.conversations``: the pages of ``GET /v1/conversations``, following ``next``
+    until ``limit`` ids (or the last page)."""
+    prefix = check_prefix(prefix)
+    if after is not None:
+        after = ConversationID(after)
+    check_limit(limit)
     out: list[ConversationID] = []
-    after: str | None = None
-    while True:
-        tree = yield Request("GET", "/v1/conversations", _params(prefix=prefix or None, after=after, limit=_PAGE))
+    while limit is None or len(out) < limit:
+        page = _PAGE if limit is None else min(_PAGE, limit - len(out))
+        tree = yield Request("GET", "/v1/conversations", _params(prefix=prefix or None, after=after, limit=page))
         out.extend(ConversationID(c) for c in _field(tree, "conversations"))
         after = _field(tree, "next")
         if after is None:
-            return out
+            break
+    return out
 
 
 def stats() -> Plan[EngineStats]:

@@ -51,6 +51,10 @@ def _query_schema(param: Param) -> dict[str, Any]:
         return {"type": "boolean"}
     if param.kind == "unit":
         return {"type": "string", "enum": ["turn", "message"]}
+    if param.kind == "order":
+        return {"type": "string", "enum": ["asc", "desc"]}
+    if param.kind == "time":
+        return {"type": "string", "format": "date-time"}
     return {"type": "string"}
 
 

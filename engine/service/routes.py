@@ -112,8 +112,7 @@ async def get_conversations(request: Request, ctx: Context, query: dict[str, Any
     prefix: str = query.get("prefix", "")
     after: str | None = query.get("after")
     limit: int = query.get("limit", PAGE_DEFAULT)
-    ids = [str(i) for i in await ctx.router.local.conversations()]
-    chosen = [i for i in ids if i.startswith(prefix) and (after is None or i > after) and ctx.router.owns(i)]
+    chosen = await _owned_page(ctx, prefix, after, limit + 1)
     pages = [(chosen[:limit], len(chosen) > limit)]
     owners = ctx.router.current()
     if owners is not None and ctx.forwarder is not None and not is_forwarded(request):
@@ -129,6 +128,20 @@ async def get_conversations(request: Request, ctx: Context, query: dict[str, Any
         pages += [(list(tree["conversations"]), tree["next"] is not None) for tree in trees]
     page, following = merge_pages(pages, limit)
     return json_response({"conversations": page, "next": following})
+
+
+async def _owned_page(ctx: Context, prefix: str, after: str | None, wanted: int) -> list[str]:
+    """Up to ``wanted`` ids of the conversations this member serves, from the engine's pages (the
+    open-conversation index: O(page), plus the ids of partitions it no longer owns)."""
+    chosen: list[str] = []
+    while len(chosen) < wanted:
+        asked = wanted - len(chosen)
+        ids = [str(i) for i in await ctx.router.local.conversations(prefix, after, asked)]
+        chosen += [i for i in ids if ctx.router.owns(i)]
+        if len(ids) < asked:
+            break
+        after = ids[-1]
+    return chosen
 
 
 def merge_pages(pages: list[tuple[list[str], bool]], limit: int) -> tuple[list[str], str | None]:
@@ -155,8 +168,22 @@ async def get_messages(request: Request, ctx: Context, query: dict[str, Any]) ->
     c = segment(request, "c")
     await _at_least(ctx, c, query)
     rows = await ctx.router.engine(c).entries(c, query.get("after"), query.get("before"), query.get("limit"),
-                                                query.get("include_hidden", False))
+                                                query.get("include_hidden", False), query.get("order", "asc"),
+                                                query.get("since"), query.get("until"))
     return json_response({"messages": wire.messages_json(rows)})
+
+
+async def get_position(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c, m = segment(request, "c"), segment(request, "m")
+    await _at_least(ctx, c, query)
+    return json_response({"position": str(await ctx.router.engine(c).position_of(c, m))})
+
+
+async def get_located(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c, x = segment(request, "c"), segment(request, "x")
+    await _at_least(ctx, c, query)
+    found = await ctx.router.engine(c).locate(c, x, query.get("before", 0), query.get("after", 0))
+    return json_response(wire.located_json(found))
 
 
 async def get_window(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
@@ -239,8 +266,18 @@ OPS: tuple[Op, ...] = (
        errors=(400, 401, 503)),
     Op("GET", _C + "/messages", "entries", "The stored messages of a conversation", get_messages,
        (200, wire.StoredMessagesOut), query=(
-           _AFTER, _BEFORE, Param("limit", "int", "at most this many (the oldest first)"),
-           Param("include_hidden", "bool", "also the messages of replaced turns"), _AT_LEAST)),
+           _AFTER, _BEFORE, Param("limit", "int", "at most this many (the oldest first; with order=desc the newest)"),
+           Param("include_hidden", "bool", "also the messages of replaced turns"),
+           Param("order", "order", "asc: oldest first (default); desc: newest first, so limit keeps the newest "
+                 "and before=<the page's last position> is the page before"),
+           Param("since", "time", "only messages with created_at at or after this time (ISO 8601 with a zone)"),
+           Param("until", "time", "only messages with created_at before this time (exclusive)"), _AT_LEAST)),
+    Op("GET", _C + "/messages/{m}/position", "position_of", "Where a visible message is (TURN:SEQ, to page from it)",
+       get_position, (200, wire.PositionOut), query=(_AT_LEAST,)),
+    Op("GET", _C + "/external/{x}", "locate", "The newest visible message with this metadata external_id (a "
+       "platform's own message id), with visible messages around it", get_located, (200, wire.LocatedOut), query=(
+           Param("before", "int", "at most this many visible messages before it (default 0)"),
+           Param("after", "int", "at most this many visible messages after it (default 0)"), _AT_LEAST)),
     Op("GET", _C + "/window", "window", "The newest whole turns within limit messages (system merged first)",
        get_window, (200, wire.WindowOut), query=(
            Param("limit", "int", "at most this many messages", required=True, minimum=1),

@@ -21,7 +21,7 @@ from starlette.requests import Request
 
 from engine.aio import AsyncHistoryEngine
 from engine.cluster.ownership import OwnershipMap
-from engine.service.wire import MAX_INT, history_position_of, log_position_of
+from engine.service.wire import MAX_INT, history_position_of, log_position_of, time_of_text
 from schemas.errors import InvalidRequest, NotOwner, NotReady
 from schemas.records import partition_for_key, record_key
 
@@ -30,13 +30,14 @@ __all__ = ["Forward", "Ownership", "Param", "Router", "parse_query", "segment"]
 Ownership = Callable[[], OwnershipMap]
 """Where a cluster member reads its current ``OwnershipMap`` (membership's latest), once per decision."""
 
-Kind = Literal["int", "history", "log", "bool", "unit", "str"]
+Kind = Literal["int", "history", "log", "bool", "unit", "order", "time", "str"]
 
 
 @dataclass(frozen=True, slots=True)
 class Param:
     """A query parameter: ``int`` (``minimum``..2**63-1), ``history`` (``TURN:SEQ``), ``log``
-    (``PARTITION:OFFSET``), ``bool`` (``true``/``false``), ``unit`` (``turn``/``message``), ``str``."""
+    (``PARTITION:OFFSET``), ``bool`` (``true``/``false``), ``unit`` (``turn``/``message``),
+    ``order`` (``asc``/``desc``), ``time`` (ISO 8601 with a timezone), ``str``."""
 
     name: str
     kind: Kind
@@ -64,6 +65,12 @@ def _value(param: Param, text: str) -> Any:
         if text not in ("turn", "message"):
             raise InvalidRequest(f"{where}: expected turn or message, got {text!r}")
         return text
+    if param.kind == "order":
+        if text not in ("asc", "desc"):
+            raise InvalidRequest(f"{where}: expected asc (oldest first) or desc (newest first), got {text!r}")
+        return text
+    if param.kind == "time":
+        return time_of_text(text, where)
     return text
 
 

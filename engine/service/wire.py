@@ -19,7 +19,7 @@ Every parse error is a typed ``HistoryError`` naming the field (``messages[1].pa
 from __future__ import annotations
 
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from engine.cluster.ownership import OwnershipMap
 from engine.facade import EngineStats
-from schemas.batch import HistoryLoad, HistoryTurn, Measure, Receipt, StoredMessage, TurnSource
+from schemas.batch import HistoryLoad, HistoryTurn, Located, Measure, Receipt, StoredMessage, TurnSource
 from schemas.canonical import RawJSON, _Num, loads_exact
 from schemas.errors import HistoryError, InvalidBatch, InvalidRequest
 from schemas.ids import AppendID
@@ -42,7 +42,9 @@ __all__ = [
     "ClusterOut",
     "ConversationsPage",
     "LatestTurnOut",
+    "LocatedOut",
     "MeasureOut",
+    "PositionOut",
     "Problem",
     "ReceiptModel",
     "Replaces",
@@ -60,6 +62,8 @@ __all__ = [
     "cluster_of",
     "history_position_of",
     "load_json",
+    "located_json",
+    "located_of",
     "log_position_of",
     "measure_of",
     "messages_json",
@@ -70,6 +74,8 @@ __all__ = [
     "stats_of",
     "stored_json",
     "stored_of",
+    "time_of_text",
+    "time_text",
     "turn_json",
     "turn_of",
 ]
@@ -155,6 +161,18 @@ class StoredMessagesOut(BaseModel):
     model_config = _STRICT
     messages: list[StoredMessageModel]
 
+
+
+class LocatedOut(BaseModel):
+    model_config = _STRICT
+    message: StoredMessageModel
+    before: list[StoredMessageModel]
+    after: list[StoredMessageModel]
+
+
+class PositionOut(BaseModel):
+    model_config = _STRICT
+    position: Annotated[str, Field(pattern=_POSITION)]
 
 
 class WindowOut(BaseModel):
@@ -344,6 +362,38 @@ def stored_of(tree: Any) -> StoredMessage:
     return StoredMessage(model.id, model.message, HistoryPosition.parse(model.position), AppendID(model.append_id),
                          datetime.fromisoformat(model.created_at.replace("Z", "+00:00")),
                          model.superseded_by, model.reason)
+
+
+def located_json(found: Located) -> dict[str, Any]:
+    return {"message": stored_json(found.message), "before": messages_json(found.before),
+            "after": messages_json(found.after)}
+
+
+def located_of(tree: Any) -> Located:
+    """A ``Located`` from its JSON tree. Raises ``InvalidRequest`` naming the field."""
+    if not isinstance(tree, dict) or not all(isinstance(tree.get(k), list) for k in ("before", "after")):
+        raise InvalidRequest("located: expected an object with message, before and after")
+    return Located(stored_of(tree.get("message")), [stored_of(m) for m in tree["before"]],
+                   [stored_of(m) for m in tree["after"]])
+
+
+def time_text(when: datetime) -> str:
+    """A time-range bound as the query spells it: ISO 8601 in UTC to the microsecond (a bound
+    between two stored milliseconds must stay between them)."""
+    return when.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def time_of_text(text: str, field: str) -> datetime:
+    """An ISO 8601 time with a timezone (``Z`` or an offset) as an aware datetime; ``InvalidRequest``
+    naming ``field`` otherwise (a time without a zone names no instant)."""
+    try:
+        when = datetime.fromisoformat(text) if text.isascii() else None
+    except ValueError:
+        when = None
+    if when is None or when.tzinfo is None:
+        raise InvalidRequest(f"{field}: expected an ISO 8601 time with a timezone (e.g. 2025-03-13T10:04:11.402Z), "
+                             f"got {text!r}")
+    return when
 
 
 def turn_json(turn: HistoryTurn) -> dict[str, Any]:

@@ -31,10 +31,12 @@ from engine import HistoryEngine
 from engine.log.base import Log
 from engine.log.file import FileLog
 from engine.log.memory import MemoryLog
+from engine.state import open_state
 from tests.conformance.log_contract import MakeLog
 
 __all__ = ["AsyncHTTPBackend", "AsyncServedClient", "Embedded", "FileBackend", "FileLogs", "HTTPBackend",
-           "KafkaBackend", "KafkaLogs", "MemoryLogs", "OnKafka", "OverAsyncHTTP", "OverHTTP", "ServedClient",
+           "InMemory", "KafkaBackend", "KafkaLogs", "MemoryBackend", "MemoryLogs", "OnKafka", "OverAsyncHTTP",
+           "OverHTTP", "ServedClient",
            "delete_topics", "kafka_logs_made", "logs_made_by"]
 
 
@@ -66,6 +68,39 @@ class KafkaBackend:
 
     def drop_state(self) -> None:
         shutil.rmtree(self.state)
+
+
+class MemoryBackend:
+    """The engine on an in-memory log (``MemoryLog``) and a real RocksDB state under ``state``:
+    every ``open()`` is a new ``MemoryLog`` over the same records, as a restarted process sees a
+    log that outlived it (the engine closes the log it was given)."""
+
+    def __init__(self, state: Path, partitions: int = 1) -> None:
+        self.state, self.partitions = state, partitions
+        self.records: list[list[Any]] = [[] for _ in range(partitions)]
+
+    def open(self) -> HistoryEngine:
+        def make(_evidence: object) -> MemoryLog:
+            log = MemoryLog(self.partitions)
+            log._records = self.records  # the records outlive each log object
+            return log
+
+        log_, store = open_state(self.state, make, lambda _log: {"backend": "memory", "partitions": self.partitions},
+                                 durable=True)
+        return HistoryEngine(log_, store)
+
+    def drop_state(self) -> None:
+        shutil.rmtree(self.state)
+
+
+class InMemory:
+    """Runs the contract on ``MemoryBackend``."""
+
+    partitions: ClassVar[int] = 1
+
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> MemoryBackend:
+        return MemoryBackend(tmp_path / "state", self.partitions)
 
 
 class Embedded:

@@ -8,7 +8,9 @@ the hypothesis tests: every append is a log round trip, so a remote log sets few
 
 The reference never calls the code under test beyond ``entries``, and ``entries`` itself is
 checked against positions computed here from what was appended (turn = a counter bumped by
-every user message, 0 before the first one; seq = 1-based index in the conversation).
+every user message that is not internal feedback, 0 before the first one; seq = 1-based index
+in the conversation). The navigation reads (``order``, ``since``/``until``, ``position_of``,
+``locate``, prefix pages) are stated in navigation_contract.py and checked on the same histories.
 Content bytes are recomputed independently: the canonical JSON of the message rebuilt without
 its message metadata (part metadata stays).
 """
@@ -41,7 +43,6 @@ from schemas import (
     ReasoningPart,
     Receipt,
     RefusalPart,
-    Role,
     StoredMessage,
     TextPart,
     ToolCallPart,
@@ -51,7 +52,8 @@ from schemas import (
     WindowTooSmall,
 )
 from tests.conformance.facade_contract import Backend
-from tests.conformance.turns_model import reference_window
+from tests.conformance.navigation_contract import NavigationContract, check_navigation, nav_queries
+from tests.conformance.turns_model import reference_window, starts_turn
 
 START = HistoryPosition.START
 Unit = Literal["turn", "message"]
@@ -84,7 +86,7 @@ def expected_positions(messages: Sequence[Message]) -> list[HistoryPosition]:
     """Positions of a conversation's messages in stored order (``HistoryPosition``, docs/design.md §5.3)."""
     turn, out = 0, []
     for seq, m in enumerate(messages, 1):
-        if m.role == Role.USER:
+        if starts_turn(m):
             turn += 1
         out.append(HistoryPosition(turn, seq))
     return out
@@ -144,6 +146,11 @@ _NAMES = st.sampled_from(["lookup", "search", "calc"])
 _ABSENT = object()
 _FLAGS: list[Any] = [_ABSENT, _ABSENT, True, "true", 1, False, RawJSON(" true ")]
 _JSON_VALUES = st.one_of(_TEXT, st.integers(-5, 10**6), st.booleans(), st.none())
+_EXTERNAL: list[Any] = [_ABSENT, _ABSENT, "tg-1", "tg-2", "tg-\x01é", 7, RawJSON('"tg-\\u0031"')]
+"""External ids: repeated strings (the newest visible one wins), a control character, a
+non-string (names no platform message), and ``"tg-1"`` spelled with an escape."""
+_FEEDBACK: list[Any] = [_ABSENT, _ABSENT, _ABSENT, True, "true", RawJSON(" true "), False]
+"""``internal_feedback`` on user messages: only JSON true keeps the message in the current turn."""
 
 
 @st.composite
@@ -156,6 +163,9 @@ def _metadata(draw: st.DrawFn) -> dict[str, Any]:
     if flag is not _ABSENT:
         md["interrupted"] = flag
     md.update(draw(st.dictionaries(st.sampled_from(["model", "trace", "note"]), _JSON_VALUES, max_size=2)))
+    external = draw(st.sampled_from(_EXTERNAL))
+    if external is not _ABSENT:
+        md["external_id"] = external
     return md
 
 
@@ -177,8 +187,10 @@ _TOOL_RESULT = st.builds(
     st.booleans())
 
 _SYSTEM = st.builds(lambda t, md: Message.system(t, metadata=md), _TEXT, _META)
-_USER = st.builds(lambda ps, md: Message.user(*ps, metadata=md),
-                  st.lists(st.one_of(_TEXT_PART, _MEDIA_PART), min_size=1, max_size=2), _META)
+_USER = st.builds(lambda ps, md, fb: Message.user(*ps, metadata=md if fb is _ABSENT else {**md,
+                                                                                            "internal_feedback": fb}),
+                  st.lists(st.one_of(_TEXT_PART, _MEDIA_PART), min_size=1, max_size=2), _META,
+                  st.sampled_from(_FEEDBACK))
 _ASSISTANT = st.builds(lambda ps, md: Message.assistant(*ps, metadata=md),
                        st.lists(_ASSISTANT_PART, min_size=1, max_size=3), _META)
 _TOOL = st.builds(lambda rs, md: Message.tool(*rs, metadata=md), st.lists(_TOOL_RESULT, min_size=1, max_size=2), _META)
@@ -206,6 +218,8 @@ def _user_turn(draw: st.DrawFn) -> list[Message]:
     out = [draw(_USER)]
     for _ in range(draw(st.integers(0, 2))):
         out.extend(draw(_tool_round()))
+        if draw(st.booleans()):  # a harness's feedback after a tool round ("tests failed, try again")
+            out.append(Message.user(draw(_TEXT) or "try again", metadata={"internal_feedback": True}))
     if draw(st.booleans()):
         out.append(draw(_SYSTEM))  # a system message inside a turn
     out.append(draw(_ASSISTANT))
@@ -314,7 +328,7 @@ def seqs(load: HistoryLoad[StoredMessage]) -> tuple[list[int], bool]:
     return [e.position.seq for e in load.messages], load.truncated
 
 
-class ReadsContract:
+class ReadsContract(NavigationContract):
     """Read projections (docs/design.md §5.2: ``read_within_bytes``, ``turn_sources``, ``measure``,
     ``window``, ``entries``) equal the reference model on every backend."""
 
@@ -343,6 +357,7 @@ class ReadsContract:
         assert [e.position for e in es] == expected_positions(messages)
         assert [e.append_id for e in es] == model.append_ids.get(conv, [])
         assert len({e.id for e in es}) == len(es)
+        assert all(a.created_at <= b.created_at for a, b in itertools.pairwise(es))  # never decreases
         return es
 
     @staticmethod
@@ -395,6 +410,10 @@ class ReadsContract:
                 total = sum(len(content_json(e.message)) for e in es)
                 self.check_reads(engine, conv, es, data.draw(queries([e.position for e in es], total),
                                                              label=conv))
+                check_navigation(engine, conv, es, data.draw(nav_queries(es, cursors([e.position for e in es])),
+                                                             label=f"{conv} navigation"))
+            opened = sorted(c for c in model.messages if c not in model.closed)
+            self.check_listing(engine, prefix, opened, data.draw(st.integers(1, 3), label="page size"))
 
         run()
 
@@ -412,6 +431,7 @@ class ReadsContract:
             es = self.check_entries(engine, conv, model)
             total = sum(len(content_json(e.message)) for e in es)
             self.check_reads(engine, conv, es, data.draw(queries([e.position for e in es], total)))
+            check_navigation(engine, conv, es, data.draw(nav_queries(es, cursors([e.position for e in es]))))
 
         run()
 

@@ -9,8 +9,9 @@ clears, and every read (``entries``, ``window``, ``read_within_bytes``, ``turn_s
 Rules in one place:
 
 * Every accepted message gets ``seq`` = a per-conversation counter over all accepted messages
-  (hidden ones keep theirs) and ``turn`` = a counter that grows at every user message (0 before
-  the first one), never reset, also across replacements.
+  (hidden ones keep theirs) and ``turn`` = a counter that grows at every user message that is
+  not internal feedback (``starts_turn``; 0 before the first one), never reset, also across
+  replacements.
 * A turn is a position ``p > 0`` of the visible messages; its id is the id (``APPEND_ID/INDEX``)
   of its user message, its messages are the visible messages with ``turn == p``.
 * ``replace_turn``: validation (reason, user message first) → closed → append id known
@@ -47,9 +48,17 @@ from schemas import (
     WindowTooSmall,
 )
 
-__all__ = ["Expected", "RefConversation", "RefRow", "Verdict", "interrupted", "reference_window"]
+__all__ = ["Expected", "RefConversation", "RefRow", "Verdict", "interrupted", "reference_window", "starts_turn"]
 
 START = HistoryPosition(0, 0)
+
+
+def starts_turn(message: Message) -> bool:
+    """The model's turn rule: a user message starts a turn unless its metadata
+    ``internal_feedback`` is the JSON value ``true`` (a harness's injected feedback stays in the
+    current turn)."""
+    raw = message.metadata.get("internal_feedback")
+    return message.role == Role.USER and not (raw is not None and json.loads(raw) is True)
 
 
 class Verdict(enum.Enum):
@@ -179,7 +188,7 @@ class RefConversation:
         return [self.turn_rows(p)[0].id for p in self.turn_positions()]
 
     def hidden_turn_ids(self) -> list[str]:
-        return [r.id for r in self.hidden_rows() if r.message.role == Role.USER]
+        return [r.id for r in self.hidden_rows() if starts_turn(r.message)]
 
     def row(self, message_id: str) -> RefRow | None:
         return next((r for r in self.rows if r.id == message_id), None)
@@ -211,7 +220,7 @@ class RefConversation:
         return Expected(Verdict.ACCEPT)
 
     def decide_replace(self, batch: Batch, old_turn_id: str, reason: str) -> Expected:
-        if reason not in ("edit", "retry") or not old_turn_id or batch.messages[0].role != Role.USER:
+        if reason not in ("edit", "retry") or not old_turn_id or not starts_turn(batch.messages[0]):
             return Expected(Verdict.INVALID_BATCH)
         known = self._known(batch)
         if known is not None:
@@ -243,7 +252,7 @@ class RefConversation:
                     hidden.append(r.position.seq)
         first_seq = self.next_seq
         for index, message in enumerate(batch.messages):
-            if message.role == Role.USER:
+            if starts_turn(message):
                 self.turn_counter += 1
             self.rows.append(RefRow(f"{aid}/{index}", message, HistoryPosition(self.turn_counter, self.next_seq), aid))
             self.next_seq += 1
@@ -342,15 +351,15 @@ def reference_window(messages: Sequence[Message], limit: int) -> list[Message]:
     """The window of ``messages`` (the suite's one window oracle; ``WindowReader``'s rule written
     out): every system message merged into one leading message (one alone is kept as it is;
     several are joined, text parts only, by a ``"\\n\\n"`` part, metadata merged, later keys
-    winning), then the longest suffix of whole turns (a turn starts at each user message, or at
-    the first non-system message) that fits ``limit`` with it; the walk stops at the first turn
-    that does not fit. ``WindowTooSmall`` when not even the newest turn fits."""
+    winning), then the longest suffix of whole turns (a turn starts at each user message that is
+    not internal feedback, or at the first non-system message) that fits ``limit`` with it; the
+    walk stops at the first turn that does not fit. ``WindowTooSmall`` when not even the newest turn fits."""
     system = [m for m in messages if m.role == Role.SYSTEM]
     groups: list[list[Message]] = []
     for m in messages:
         if m.role == Role.SYSTEM:
             continue
-        if m.role == Role.USER or not groups:
+        if starts_turn(m) or not groups:
             groups.append([m])
         else:
             groups[-1].append(m)

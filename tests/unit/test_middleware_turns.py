@@ -24,6 +24,9 @@ from schemas import (
     Message,
     Receipt,
     TextDelta,
+    ToolCallPart,
+    ToolOutput,
+    ToolResultPart,
     TurnNotReplaceable,
 )
 from tests.unit.middleware_support import SYSTEM, SpyModel, SpyStore, SpyStreamer, Stepper
@@ -302,3 +305,22 @@ def test_a_cancellation_during_an_in_flight_replacement_waits_for_it_and_says_so
 
     asyncio.run(main())
     assert texts(engine)[-1] == "A2 arrived yesterday."
+
+
+def test_internal_feedback_is_accepted_inside_the_open_turn_and_stored_in_it(engine: HistoryEngine) -> None:
+    """A harness's injected feedback (a user message with metadata internal_feedback: true) after
+    a tool round is part of the open turn: the model sees it, and the stored turn keeps it."""
+    feedback = Message.user("tests failed, try again", metadata={"internal_feedback": True})
+    call = Message.assistant(ToolCallPart("c1", "run", "{}"))
+    result = Message.tool(ToolResultPart("c1", "run", ToolOutput.text("1 failed")))
+    model = SpyModel(answer("Fixed now."))
+    mw = HistoryMiddleware(MiddlewareConfig(engine, engine, C))
+    mw.call(model)(ChatRequest([SYSTEM, Message.user("Fix A3"), call, result, feedback]), append_id="t3")
+    assert model.requests[0].messages[-1] == feedback
+    latest = engine.latest_turn(C)
+    assert latest is not None and latest.id == "t3/0"
+    assert [m.message.text() for m in latest.messages][-2:] == ["tests failed, try again", "Fixed now."]
+    with pytest.raises(InvalidMessage, match="internal feedback"):  # it cannot open the turn itself
+        mw.call(SpyModel(answer("never")))(ChatRequest([SYSTEM, feedback]))
+    with pytest.raises(InvalidMessage, match="second user message"):  # a real user message still can't follow
+        mw.call(SpyModel(answer("never")))(ChatRequest([SYSTEM, Message.user("a"), Message.user("b")]))

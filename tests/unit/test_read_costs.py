@@ -12,13 +12,16 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, TypeVar
 
+import orjson
 import pytest
 
 from engine import HistoryEngine
-from schemas import Batch, HistoryLoad, HistoryPosition, Message, ToolCallPart, ToolOutput, ToolResultPart
+from schemas import Batch, HistoryLoad, HistoryPosition, Located, Message, ToolCallPart, ToolOutput, ToolResultPart
 from tests.conformance.reads_contract import (
     expected_positions,
     reference_measure,
@@ -35,7 +38,7 @@ T = TypeVar("T")
 
 def _turn(rng: random.Random, k: int) -> list[Message]:
     words = " ".join(rng.choice(["order", "status", "shipping", "refund", "invoice", "delay"]) for _ in range(28))
-    out = [Message.user(f"question {k}: {words}")]
+    out = [Message.user(f"question {k}: {words}", metadata={"external_id": f"ext-{k}"})]
     for r in range(rng.choice([0, 0, 1, 1, 2, 3])):
         call = f"call-{k}-{r}"
         out.append(Message.assistant(ToolCallPart(call, "lookup", f'{{"order": {k}, "words": "{words[:120]}"}}')))
@@ -79,6 +82,15 @@ class Built:
             i += 1
         return positions[i + 1]
 
+    def time_at(self, conv: str, at: HistoryPosition) -> datetime:
+        """The stored time of the message at ``at``."""
+        return self.engine.entries(conv, after=HistoryPosition(at.turn, at.seq - 1), limit=1)[0].created_at
+
+    def external_at(self, conv: str, at: HistoryPosition) -> str:
+        """The external id of the user message of the turn at ``at``."""
+        turn = self.engine.entries(conv, after=HistoryPosition(at.turn, 0), limit=1)[0]
+        return str(orjson.loads(str(turn.message.metadata["external_id"])))
+
     def cost(self, query: Callable[[], T]) -> tuple[T, int]:
         before = self.engine._store.keys_read
         result = query()
@@ -100,10 +112,14 @@ QUERIES: dict[str, Callable[[HistoryEngine, str], Any]] = {
     "read_within_bytes(8 KiB)": lambda e, c: e.read_within_bytes(c, BUDGET),
     "read_within_bytes(8 KiB, unit=message)": lambda e, c: e.read_within_bytes(c, BUDGET, unit="message"),
     "turn_sources(8 KiB)": lambda e, c: e.turn_sources(c, BUDGET),
+    "entries(order=desc, limit=50)": lambda e, c: e.entries(c, order="desc", limit=50),
+    "locate(newest external id, before=10, after=10)": lambda e, c: e.locate(c, f"ext-{10**6 + 30}", 10, 10),
 }
 
 
 def _size(result: Any) -> int:
+    if isinstance(result, Located):
+        return 1 + len(result.before) + len(result.after)
     return len(result.messages) if isinstance(result, HistoryLoad) else len(result)
 
 
@@ -148,6 +164,16 @@ def test_windows_cut_in_the_middle_cost_o_result(built: Built) -> None:
             "read_within_bytes(after=mid, before=mid+60)": lambda c, m: built.engine.read_within_bytes(
                 c, 2**40, after=m, before=HistoryPosition(m.turn + 6, 0)),
             "entries(after=mid, limit=20)": lambda c, m: built.engine.entries(c, after=m, limit=20),
+            "entries(before=mid, order=desc, limit=50)": lambda c, m: built.engine.entries(
+                c, before=m, order="desc", limit=50),
+            "entries(since=t(mid), until=t(mid)+1ms)": lambda c, m: built.engine.entries(
+                c, since=built.time_at(c, m), until=built.time_at(c, m) + timedelta(milliseconds=1)),
+            "entries(since=t(mid), limit=30)": lambda c, m: built.engine.entries(c, since=built.time_at(c, m),
+                                                                                 limit=30),
+            "entries(until=t(mid), order=desc, limit=30)": lambda c, m: built.engine.entries(
+                c, until=built.time_at(c, m), order="desc", limit=30),
+            "locate(external id in the middle, before=5, after=5)": lambda c, m: built.engine.locate(
+                c, built.external_at(c, m), 5, 5),
         }.items():
             result, keys = built.cost(lambda q=query, c=conv, m=mid: q(c, m))  # type: ignore[misc]
             assert _size(result) > 0, (conv, name)
@@ -170,3 +196,52 @@ def test_measure_is_correct(built: Built) -> None:
         assert built.engine.measure("small", after=after) == reference_measure(es, after), after
     big = built.engine.measure("big", after=built.middle("big"))
     assert big.messages == len(built.messages["big"]) - built.middle("big").seq
+
+
+def test_navigation_reads_are_correct(built: Built) -> None:
+    """The reads the cost tests count return what the plain forward read implies."""
+    engine, conv = built.engine, "small"
+    es = engine.entries(conv)
+    assert engine.entries(conv, order="desc", limit=50) == es[::-1][:50]
+    mid = built.middle(conv)
+    older = [e for e in es if e.position < mid]
+    assert engine.entries(conv, before=mid, order="desc", limit=50) == older[::-1][:50]
+    t = built.time_at(conv, mid)
+    assert engine.entries(conv, since=t, limit=30) == [e for e in es if e.created_at >= t][:30]
+    assert engine.entries(conv, until=t, order="desc", limit=30) == [e for e in es if e.created_at < t][::-1][:30]
+    external = built.external_at(conv, mid)
+    found = engine.locate(conv, external, 5, 5)
+    at = next(i for i, e in enumerate(es) if e.message.metadata.get("external_id") == f'"{external}"')
+    assert (found.before, found.message, found.after) == (es[at - 5:at], es[at], es[at + 1:at + 6])
+    assert all(a.created_at <= b.created_at for a, b in pairwise(es))
+
+
+@pytest.fixture(scope="module")
+def listed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HistoryEngine]:
+    """10,000 open conversations of one bot (and 1,000 cleared among them), 100 of another."""
+    with HistoryEngine.open(tmp_path_factory.mktemp("listing"), fsync="never") as engine:
+        for i in range(10_000):
+            engine.append(Batch(f"bot-big/{i:05d}", "a", [Message.user("hi")]))
+            if i % 10 == 5:
+                engine.append(Batch(f"bot-big/{i:05d}-gone", "a", [Message.user("hi")]))
+                engine.clear(f"bot-big/{i:05d}-gone")
+        for i in range(100):
+            engine.append(Batch(f"bot-small/{i:05d}", "a", [Message.user("hi")]))
+        yield engine
+
+
+def test_prefix_pages_cost_o_page_not_conversations(listed: HistoryEngine) -> None:
+    def cost(**kw: Any) -> tuple[list[Any], int]:
+        before = listed._store.keys_read
+        page = listed.conversations(**kw)
+        return page, listed._store.keys_read - before
+
+    small, small_keys = cost(prefix="bot-small/", limit=20)
+    big, big_keys = cost(prefix="bot-big/", limit=20)
+    deep, deep_keys = cost(prefix="bot-big/", after="bot-big/08000", limit=20)
+    assert small == [f"bot-small/{i:05d}" for i in range(20)]
+    assert big == [f"bot-big/{i:05d}" for i in range(20)]  # the cleared ones are not listed
+    assert deep == [f"bot-big/{i:05d}" for i in range(8001, 8021)]
+    assert small_keys == big_keys == deep_keys <= 20 + 1, (small_keys, big_keys, deep_keys)
+    last, last_keys = cost(prefix="bot-small/", after="bot-small/00090", limit=20)
+    assert last == [f"bot-small/{i:05d}" for i in range(91, 100)] and last_keys <= len(last) + 1

@@ -1,9 +1,10 @@
-"""The read-projection conformance suite on the embedded default (FileLog + RocksDB, real
-files), with one partition and with four."""
+"""The read-projection conformance suite (with the navigation model) on the embedded default
+(FileLog + RocksDB, real files), with one partition and with four, and on an in-memory log with
+the same RocksDB state."""
 
 from __future__ import annotations
 
-from tests.conformance.backends import Embedded
+from tests.conformance.backends import Embedded, InMemory
 from tests.conformance.reads_contract import ReadsContract
 
 
@@ -13,3 +14,11 @@ class TestEmbeddedReads(Embedded, ReadsContract):
 
 class TestEmbeddedReadsFourPartitions(Embedded, ReadsContract):
     partitions = 4
+
+
+class TestInMemoryReads(InMemory, ReadsContract):
+    pass
+
+
+class TestInMemoryReadsThreePartitions(InMemory, ReadsContract):
+    partitions = 3

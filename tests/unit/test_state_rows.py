@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 from collections import Counter
+from datetime import timedelta
 from pathlib import Path
 
 from engine import HistoryEngine
@@ -15,6 +16,7 @@ from schemas.events import BatchAppended, encode_event
 from schemas.messages import Message
 from schemas.positions import HistoryPosition
 from schemas.records import record_key
+from schemas.times import time_of
 from tests.conformance.reads_contract import reference_measure
 
 
@@ -27,9 +29,9 @@ def test_a_two_message_batch_writes_one_row_per_message_kind_and_one_per_batch_k
         for i in range(3):
             eng.append(Batch("c", f"a{i}", [Message.user(f"q{i}"), Message.assistant(f"r{i}")]))
         kinds = Counter(k[:1] for k in _rows(eng) if not k.startswith(keys.META))
-    # Per message M and N; per batch R and A; per turn T; one summary row, one checkpoint (with
-    # the counters: there is no other row of them).
-    assert kinds == {b"M": 6, b"N": 6, b"R": 3, b"A": 3, b"T": 3, b"C": 1, b"P": 1}
+    # Per message M and N; per batch R, A and W (its time); per turn T; one summary row and one
+    # open-conversation row, one checkpoint (with the counters: there is no other row of them).
+    assert kinds == {b"M": 6, b"N": 6, b"R": 3, b"A": 3, b"W": 3, b"T": 3, b"C": 1, b"O": 1, b"P": 1}
 
 
 def _say(aid: str, *roles: str) -> Batch:
@@ -49,10 +51,15 @@ def _check_sums(eng: HistoryEngine) -> None:
 
 
 def _no_stale_sums(eng: HistoryEngine, entries: list[StoredMessage]) -> None:
-    """``A`` rows are exactly at the first ordinal of every batch with a visible message."""
+    """``A`` and ``W`` rows are exactly at the first ordinal of every batch with a visible message
+    (``W`` with that message's time): no time seek can land on a hidden batch."""
     lower, upper = keys.conv_range(keys.AGGREGATE, b"c")
     starts = {keys.read_key_u64(k) for k in _rows(eng) if lower <= k < upper}
     assert starts == {o for o, e in enumerate(entries) if e.id.endswith("/0")}
+    lower, upper = keys.conv_range(keys.TIME, b"c")
+    times = {keys.read_time_key(k) for k in _rows(eng) if lower <= k < upper}
+    assert times == {((e.created_at - time_of(0)) // timedelta(milliseconds=1), o) for o, e in enumerate(entries)
+                     if e.id.endswith("/0")}
 
 
 def test_running_sums_survive_replacements_inside_and_across_batches(tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def test_one_partition_takes_everything() -> None:
 def test_every_key_keeps_its_bytes() -> None:
     c = b"conv"
     ord8 = (3).to_bytes(8, "big")
-    assert keys.STATE_FORMAT == b"6"
+    assert keys.STATE_FORMAT == b"7"
     assert keys.conv_key(c) == b"Cconv"
     assert keys.read_conv_key(b"Cconv") == c
     assert keys.receipt_key(c, b"a/1") == b"Rconv\x1fa/1"
@@ -77,12 +77,20 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.AggregateRow.at(keys.AggregateRow.pack([1, 2, 3, 4]), 1) == (3, 4)
     assert keys.AggregateRow.count(keys.AggregateRow.pack([1, 2, 3, 4])) == 2
     assert keys.read_checkpoint_key(keys.checkpoint_key("core", 2)) == ("core", 2)
+    ms = (1234).to_bytes(8, "big")
+    assert keys.time_key(c, 1234, 3) == b"Wconv\x1f" + ms + ord8
+    assert keys.read_time_key(keys.time_key(c, 1234, 3)) == (1234, 3)
+    assert keys.external_text("tg\x01/1") == b'"tg\\u0001/1"'  # control characters escaped: 1F ends it
+    assert keys.external_key(c, b'"x"', 3) == b'Xconv\x1f"x"\x1f' + ord8
+    assert keys.open_key(c) == b"Oconv" and keys.read_open_key(b"Oconv") == c
 
 
 def test_ranges_keep_their_bounds() -> None:
     assert keys.conv_range(keys.MESSAGE, b"c") == (b"Mc\x1f", b"Mc\x20")
     assert keys.conversation_ranges(b"c") == [(p + b"c\x1f", p + b"c\x20") for p in (b"M", b"N", b"A", b"S", b"T",
-                                                                                        b"H", b"R")]
+                                                                                        b"H", b"R", b"W", b"X")]
+    assert keys.external_range(b"c", b'"x"') == (b'Xc\x1f"x"\x1f', b'Xc\x1f"x" ')
+    assert keys.open_range(b"bot/") == (b"Obot/", b"Obot0") and keys.open_range() == (b"O", b"P")
     assert (keys.RECEIPT_PREFIX, keys.RECEIPT_END) == (b"R", b"S")
     assert keys.conversations_range() == (b"C", b"D")
     assert keys.poison_range() == (b"Q", b"R")
