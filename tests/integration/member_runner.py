@@ -43,7 +43,10 @@ def main() -> None:
                             format="%(asctime)s %(threadName)s %(name)s %(message)s")
     bootstrap, topic, group, advertise, session = sys.argv[1:6]
     instance_id = sys.argv[6] if len(sys.argv) > 6 else None
+    # rebalance_timeout as ClusterMember (histlog serve --group) sets it: a join stuck in kafka-python
+    # is started again after two sessions (Membership._unstick), not after 30 s + a session.
     membership = Membership(bootstrap, topic, group, advertise, session_timeout=float(session), instance_id=instance_id,
+                            rebalance_timeout=float(session),
                             on_assigned=lambda ps: emit("assigned", parts=sorted(ps)),
                             on_revoked=lambda ps: emit("revoked", parts=sorted(ps)),
                             on_change=on_change)

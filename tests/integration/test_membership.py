@@ -35,6 +35,12 @@ SESSION_S = 6.0
 HEARTBEAT_S = SESSION_S / 6  # Membership's default heartbeat interval
 JOIN_BOUND_S = 30.0  # first start of a process (imports, bootstrap, first rebalance)
 REBALANCE_BOUND_S = 15.0
+UNSTICK_S = 2 * SESSION_S
+"""After a membership change a survivor's join can hang in kafka-python 3.0.12 (its SyncGroup
+answered, the join task never completing: about one run in three of these tests on a busy
+machine). ``Membership._unstick`` starts it again as a new member after ``rebalance_timeout +
+session_timeout`` (two sessions, as ``member_runner`` and ``ClusterMember`` set it), and the lease
+keeps it from serving meanwhile; waits for the group to agree after a change allow for that."""
 
 Event = dict[str, Any]
 
@@ -258,9 +264,11 @@ def test_close_hands_partitions_over_at_once(spawn: Callable[..., Member]) -> No
     leaving.wait_for(lambda ev: any(e["event"] == "closed" for e in ev), 10, "closed")
     assert leaving.owned() == set()  # revoked everything before leaving
     rest = members[:2]
-    wait_converged(rest, REBALANCE_BOUND_S, absent=(leaving.url,))
-    taken = [e["t"] for m in rest for e in m.events if e["event"] == "assigned" and set(e["parts"]) & had]
-    elapsed = max(taken) - t0
+    wait_converged(rest, REBALANCE_BOUND_S + UNSTICK_S, absent=(leaving.url,))
+    first = {p: min(e["t"] for m in rest for e in m.events if e["event"] == "assigned" and p in e["parts"]
+                 and e["t"] >= t0)
+             for p in had}
+    elapsed = max(first.values()) - t0
     print(f"\nclose: partitions of the leaving member reassigned {elapsed:.2f} s after close")
     assert elapsed < SESSION_S - HEARTBEAT_S, elapsed  # LeaveGroup, not the session timeout
     assert leaving.proc.wait(10) == 0
@@ -273,9 +281,13 @@ def test_kill9_is_detected_within_the_session_timeout(spawn: Callable[..., Membe
     t0 = time.time()
     victim.proc.send_signal(signal.SIGKILL)
     rest = members[1:]
-    wait_converged(rest, SESSION_S + REBALANCE_BOUND_S, absent=(victim.url,))
-    taken = [e["t"] for m in rest for e in m.events if e["event"] == "assigned" and set(e["parts"]) & had]
-    elapsed = max(taken) - t0
+    wait_converged(rest, SESSION_S + REBALANCE_BOUND_S + UNSTICK_S, absent=(victim.url,))
+    # When each of the victim's partitions was first owned again (a survivor whose join hung may
+    # take some of them over later still, once it is let back in).
+    first = {p: min(e["t"] for m in rest for e in m.events if e["event"] == "assigned" and p in e["parts"]
+                 and e["t"] >= t0)
+             for p in had}
+    elapsed = max(first.values()) - t0
     print(f"\nkill -9: partitions reassigned {elapsed:.2f} s after the kill (session timeout {SESSION_S:g} s)")
     assert SESSION_S - 2 * HEARTBEAT_S <= elapsed <= SESSION_S + 5.0, elapsed
 
@@ -287,7 +299,7 @@ def test_a_paused_member_revokes_before_it_rejoins(spawn: Callable[..., Member])
     assert had
     paused.proc.send_signal(signal.SIGSTOP)
     t_stop = time.time()
-    generation = wait_converged(rest, SESSION_S + REBALANCE_BOUND_S, absent=(paused.url,))
+    generation = wait_converged(rest, SESSION_S + REBALANCE_BOUND_S + UNSTICK_S, absent=(paused.url,))
     print(f"\nSIGSTOP: the others took over {time.time() - t_stop:.2f} s after the pause (generation {generation})")
     mark = paused.mark()
     t_cont = time.time()
@@ -305,7 +317,7 @@ def test_a_paused_member_revokes_before_it_rejoins(spawn: Callable[..., Member])
     for e in after:
         if e["event"] == "map" and e["generation"] <= generation:
             assert paused.url not in e["owners"].values(), e
-    wait_converged(members, REBALANCE_BOUND_S + SESSION_S)  # then it rejoins and gets a share again
+    wait_converged(members, REBALANCE_BOUND_S + SESSION_S + UNSTICK_S)  # then it rejoins and gets a share again
     assert paused.owned(), "the woken member rejoined and was given partitions"
 
 
