@@ -10,7 +10,8 @@ where the decision wait goes at 64 writers), and
 service (``histlog serve`` vs the same engine in process), frameworks (the service's two hot shapes on
 each HTTP framework and server present, against raw ASGI on uvicorn), forward (one hop between cluster
 members), cluster (a member of a 3-member group vs a full replica: start-up catch-up, appends/s, the hop),
-and langchain (``HistlogMiddleware``'s overhead per agent step vs the same ``create_agent`` agent without it).
+langchain (``HistlogMiddleware``'s overhead per agent step vs the same ``create_agent`` agent without it),
+and sealed (erasure's AES-256-GCM sealing and key store vs today's encode and a raw append + fsync).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 __all__ = ["NAMES", "run_all"]
 
 NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
-         "forward", "cluster", "langchain")
+         "forward", "cluster", "langchain", "sealed")
 
 
 def run_all(argv: list[str] | None = None) -> int:

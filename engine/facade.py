@@ -1,6 +1,6 @@
 """``HistoryEngine``: the public facade over a log and the projector (docs/design.md §1, §4).
 One method per row of the API contract, each with the docstring that states its promise (long,
-≈600 lines, because the whole public contract is one class: every method here is a few lines of
+≈650 lines, because the whole public contract is one class: every method here is a few lines of
 checks and one call, and the rules they call live elsewhere);
 argument rules, refusals, the write path and the opening of the log and state live in
 ``engine.arguments``, ``engine.refusals``, ``engine.writes``, ``engine.state``.

@@ -1,5 +1,6 @@
-"""The one place that knows the RocksDB key and value layout of histlog's state (≈550 lines:
-one home for every keyspace and row format is the point; splitting it would make two).
+"""The one place that knows the RocksDB key and value layout of histlog's state (≈630 lines:
+one home for every keyspace and row format, the navigation indexes included, is the point;
+splitting it would make two).
 
 All integers are fixed-width big-endian so byte order is numeric order. IDs cannot contain
 control characters, so ``0x1F`` after a conversation id ends it unambiguously and
