@@ -38,6 +38,7 @@ from engine.arguments import (
     check_window,
     time_bound,
 )
+from engine.keys import FileKeyStore, KafkaKeyStore, KeyStore, keys_topic_of, master_key_from
 from engine.log.base import Log
 from engine.log.file import FsyncPolicy
 from engine.state import open_file_parts, open_kafka_parts
@@ -62,6 +63,7 @@ from schemas.batch import (
 from schemas.errors import (
     DuplicateProjection,
     EngineClosed,
+    HistoryError,
     InvalidConfiguration,
     InvalidProjection,
     InvalidReceipt,
@@ -93,7 +95,9 @@ class EngineStats:
 
     ``corrupt`` counts poison records skipped (undecodable, unknown schema, digest mismatch...);
     ``precondition_failed`` and ``not_replaceable`` count refused ``expected_last`` appends and
-    turn replacements. The counters and ``lag`` cover the partitions this engine owns
+    turn replacements; ``cleared`` counts conversations cleared (erased) and ``erased`` the
+    records met after their content was erased (a rebuild, or an instance behind a clear,
+    applies them without effect). The counters and ``lag`` cover the partitions this engine owns
     (``owned_partitions``; a partition not owned shows lag 0); ``applied_since_open`` counts the
     records applied per partition since this engine opened (what a resume re-applied).
     """
@@ -110,6 +114,8 @@ class EngineStats:
     not_replaceable: int = 0
     owned_partitions: list[int] = field(default_factory=list)
     applied_since_open: list[int] = field(default_factory=list)
+    cleared: int = 0
+    erased: int = 0
 
 
 class HistoryEngine:
@@ -119,24 +125,35 @@ class HistoryEngine:
     """
 
     def __init__(self, log_: Log, store: StateStore, *, progress: Progress | None = None,
-                 owned: Iterable[int] | None = None) -> None:
+                 owned: Iterable[int] | None = None, keys: KeyStore | None = None, seal: bool = True) -> None:
         """Run the projector of ``store`` over ``log_`` (both already opened and checked, see
-        ``engine.state``) for the ``owned`` partitions (None: all); the engine owns both from
-        here and closes both if this raises."""
+        ``engine.state``) for the ``owned`` partitions (None: all); the engine owns both (and
+        ``keys``) from here and closes them if this raises.
+
+        ``keys``: the key store sealed content is opened with and new content sealed under
+        (``open`` gives one). Without one (an engine built by hand, e.g. over a ``MemoryLog``) the
+        engine writes plain records and ``clear`` cannot erase what the log holds. ``seal=False``
+        writes plain records even with a key store (see ``open``)."""
         self._log = log_
         self._store = store
+        self._keys = keys
         self._projections: dict[str, Projection] = {}
         self._closed = False
         self._close_lock = threading.Lock()
         try:
             if owned is not None:
                 owned = check_partitions(owned, log_.partitions)
-            self._projector = Projector(store, log_.partitions, owned)
+            self._projector = Projector(store, log_.partitions, owned, keys)
             self._reads = Reads(store)
             self._writes = Writes(log_, store, self._projector, self._reads, self._check_open, lambda: self._closed,
-                                  self._serve)
+                                  self._serve, keys if seal else None)
             self._projector.start(log_.cursor)
             self.catch_up(progress=progress)
+            try:
+                self._projector.complete_erasures()  # left pending by a crash or an error during a clear
+            except HistoryError as e:
+                log.warning("an erasure left pending by a previous run did not complete (%s); its conversations "
+                            "stay closed, and the next clear of each completes it", e)
         except BaseException:
             self._release()
             raise
@@ -146,7 +163,8 @@ class HistoryEngine:
     def open(cls, path: str | Path | None = None, *, partitions: int | None = None, fsync: FsyncPolicy = "always",
              kafka: str | None = None, topic: str = "histlog.events", state_dir: str | Path | None = None,
              replication_factor: int = 1, progress: Progress | None = None, rebuild: bool = False,
-             accept_log_loss: bool = False, owned: Iterable[int] | None = None) -> HistoryEngine:
+             accept_log_loss: bool = False, owned: Iterable[int] | None = None,
+             master_key_file: str | Path | None = None, seal: bool = True) -> HistoryEngine:
         """Open the embedded default (``open(path)``: FileLog under ``path/log``, state under
         ``path/state``) or Kafka (``open(kafka="host:port", topic=..., state_dir=...)``).
 
@@ -165,6 +183,14 @@ class HistoryEngine:
 
         ``owned``: the partitions this engine applies and serves (a cluster member; ``None``, the
         default: every partition). The others are ``NotOwner``; ``assign``/``revoke`` change the set.
+
+        **Erasure** (docs/erasure.md): content is sealed under per-conversation data keys kept in
+        a key store beside the log (``path/keys/``; on Kafka the compacted topic ``<topic>.keys``,
+        created and checked), so ``clear`` erases it. ``master_key_file`` (default:
+        ``$HISTLOG_MASTER_KEY_FILE``; ``histlog keygen FILE`` writes one) wraps the data keys at
+        rest. ``seal=False`` writes plain records, which ``clear`` cannot erase from the log: for a
+        fleet whose readers are not all upgraded yet (a reader before sealing reports sealed
+        records as poison) and for benchmarks; every record, sealed or plain, is read either way.
         """
         for where in (path, state_dir):
             check_directory(where)
@@ -178,6 +204,16 @@ class HistoryEngine:
             raise InvalidConfiguration(
                 "HistoryEngine.open(kafka=...) needs state_dir=DIR for this instance's RocksDB state")
 
+        if not isinstance(seal, bool):
+            raise InvalidConfiguration(f"open(seal=...) takes a bool, got {seal!r}")
+        master = master_key_from(master_key_file)
+        if kafka is not None:
+            key_store: KeyStore = KafkaKeyStore(kafka, keys_topic_of(topic), master=master,
+                                                replication_factor=replication_factor)
+        else:
+            assert path is not None  # Invariant: checked above.
+            key_store = FileKeyStore(Path(path) / "keys", master=master)
+
         def attempt() -> HistoryEngine:
             if kafka is not None:
                 assert state_dir is not None  # Invariant: checked above.
@@ -186,16 +222,20 @@ class HistoryEngine:
             else:
                 assert path is not None  # Invariant: checked above.
                 parts = open_file_parts(Path(path), partitions, fsync, rebuild=rebuild, accept_log_loss=accept_log_loss)
-            return cls(*parts, progress=progress, owned=owned)
+            return cls(*parts, progress=progress, owned=owned, keys=key_store, seal=seal)
 
         try:
-            return attempt()
-        except DamagedState as e:
-            # A damage met while opening (a read of the evidence, the catch-up) left its marker:
-            # the second attempt rebuilds the state from the log, as a damage found by RocksDB's own
-            # open already does (engine/state.py).
-            log.warning("the state is damaged (%s): rebuilding it from the log", e.detail or e)
-            return attempt()
+            try:
+                return attempt()
+            except DamagedState as e:
+                # A damage met while opening (a read of the evidence, the catch-up) left its marker:
+                # the second attempt rebuilds the state from the log, as a damage found by RocksDB's own
+                # open already does (engine/state.py).
+                log.warning("the state is damaged (%s): rebuilding it from the log", e.detail or e)
+                return attempt()
+        except BaseException:
+            key_store.close()
+            raise
 
     def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None) -> bool:
         """Wait until the state has applied everything the log held when this was called, on
@@ -529,7 +569,7 @@ class HistoryEngine:
         lag = [max(e - a, 0) if p in owned else 0 for p, (e, a) in enumerate(zip(ends, applied, strict=True))]
         return EngineStats(ends, applied, lag, s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt,
                            s.precondition_failed, s.not_replaceable, sorted(owned),
-                           list(self._projector.applied_records))
+                           list(self._projector.applied_records), s.cleared, s.erased)
 
     # -- custom projections ----------------------------------------------------------------------
     def register(self, projection: Projection, wait: bool = True, *, progress: Progress | None = None) -> None:
@@ -647,7 +687,11 @@ class HistoryEngine:
             try:
                 self._log.close()
             finally:
-                self._store.close()
+                try:
+                    self._store.close()
+                finally:
+                    if self._keys is not None:
+                        self._keys.close()
 
     def __enter__(self) -> HistoryEngine:
         return self

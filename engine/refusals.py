@@ -34,7 +34,7 @@ def refusal(batch: Batch, decision: Decision) -> HistoryError | None:
             f"batch is {batch.digest}); to retry, resend the original batch; for new content use a new append id",
             conversation_id=batch.conversation_id, append_id=batch.append_id,
             existing_digest=decision.digest, digest=batch.digest)
-    if outcome is Outcome.REJECTED_CLOSED:
+    if outcome is Outcome.REJECTED_CLOSED or outcome is Outcome.ERASED:  # erased: cleared since it was written
         return ConversationClosed(f"conversation {c!r} is closed forever (it was cleared); start a new conversation id",
                                   conversation_id=batch.conversation_id)
     if outcome is Outcome.PRECONDITION_FAILED:

@@ -16,16 +16,17 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from engine.arguments import Empty, check_timeout, expected_of
+from engine.keys import KeyStore
 from engine.log.base import Log
 from engine.refusals import answer
-from projections.admission import Decision, Rows, conversation_row, precheck
+from projections.admission import Decision, Outcome, Rows, conversation_row, precheck
 from projections.delivery import Ticket
 from projections.reads import Reads
 from projections.runtime import Projector
 from projections.store import StateStore
 from schemas.batch import Batch, Receipt
-from schemas.errors import CommitUnconfirmed, CorruptLog, InvalidBatch, LogUnavailable, StateUnavailable
-from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event
+from schemas.errors import CommitUnconfirmed, CorruptLog, InvalidBatch, KeyErased, LogUnavailable, StateUnavailable
+from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event, seal_event
 from schemas.ids import ConversationID
 from schemas.messages import starts_turn
 from schemas.positions import LogPosition
@@ -95,9 +96,11 @@ class Writes:
 
     def __init__(self, log_: Log, store: StateStore, projector: Projector, reads: Reads,
                  check_open: Callable[[], None], is_closed: Callable[[], bool],
-                 serve: Callable[[ConversationID], None] = lambda c: None) -> None:
+                 serve: Callable[[ConversationID], None] = lambda c: None, keys: KeyStore | None = None) -> None:
         """``serve(c)`` raises unless this engine serves the partition of ``c`` now (``NotOwner``,
-        ``NotReady``): checked before any write touches the log."""
+        ``NotReady``): checked before any write touches the log. ``keys``: content is sealed under
+        the conversation's data key from it (None: plain records)."""
+        self._keys = keys
         self._log = log_
         self._store = store
         self._projector = projector
@@ -146,6 +149,12 @@ class Writes:
         known = precheck(rows, conversation_row(rows, c), event, batch, in_log_order=False)
         if known is not None:
             return self._answer(batch, known, None)
+        if self._keys is not None:
+            try:
+                key = self._keys.create(c)  # the conversation's key: made (durably) by its first append
+            except KeyErased:
+                return self._answer(batch, Decision(Outcome.REJECTED_CLOSED), None)  # cleared meanwhile
+            event = seal_event(event, key)
         return self._produce(record_key(c, a), encode_event(event), timeout, batch,
                              f"append {str(a)!r} to {str(c)!r}",
                              "resend the same Batch (it is safe: a retry returns the original receipt)")
@@ -157,6 +166,8 @@ class Writes:
         self._serve(c)
         row = self._reads.conversation(c)
         if row is not None and row.closed:
+            # Cleared already; an erasure a crash or an error left pending completes now.
+            self._projector.complete_erasures([str(c).encode("utf-8")])
             return None
         event = ConversationCleared(c, _now_ms())
         return self._produce(record_key(c), encode_event(event), timeout, None, f"clear of {str(c)!r}",
@@ -230,6 +241,9 @@ class Writes:
             raise CommitUnconfirmed(f"{what} was written {where} but not decided within {written.timeout}s; "
                                     f"{then}")
         if written.batch is None:
+            if decision.reason:  # a clear whose erasure did not complete
+                raise StateUnavailable(f"{what} closed the conversation, but erasing its content did not complete "
+                                       f"({decision.reason}); call clear again to complete it")
             return None
         return self._answer(written.batch, decision, written.position)
 

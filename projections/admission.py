@@ -39,11 +39,12 @@ import enum
 from dataclasses import dataclass
 
 from projections import full, keys
+from projections.erasure import DataKeys, open_content
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from projections.full import Rows
 from projections.store import Tx
 from schemas.batch import Batch, Receipt
-from schemas.errors import CorruptLog
+from schemas.errors import CorruptLog, KeyErased
 from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, decode_event, event_batch
 from schemas.ids import AppendID, ConversationID, MessageID
 from schemas.positions import LogPosition
@@ -62,6 +63,7 @@ class Outcome(enum.StrEnum):
     CLEARED = "cleared"
     PRECONDITION_FAILED = "precondition_failed"
     NOT_REPLACEABLE = "not_replaceable"
+    ERASED = "erased"
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,16 +103,20 @@ _COUNTERS = {
     Outcome.PRECONDITION_FAILED: "precondition_failed",
     Outcome.NOT_REPLACEABLE: "not_replaceable",
     Outcome.CORRUPT: "corrupt",
+    Outcome.ERASED: "erased",
+    Outcome.CLEARED: "cleared",
 }
-"""The ``keys.Stats`` counter of each outcome (a first clear counts nowhere)."""
+"""The ``keys.Stats`` counter of each outcome (a repeated clear, a duplicate, counts nowhere)."""
 
 
 def admit(tx: Tx, stats: keys.Stats, position: LogPosition, key: bytes, value: bytes, *,
-          known: Known | None = None, want_event: bool = False) -> tuple[Decision, ProjectedEvent | None]:
+          known: Known | None = None, want_event: bool = False,
+          keys_: DataKeys | None = None) -> tuple[Decision, ProjectedEvent | None]:
     """Decide one record and apply its effects to ``tx``; returns the decision and, when the
     record was accepted (or first closed a conversation) and ``want_event``, the event for
-    custom projections."""
-    decision, event = _admit(tx, position, key, value, known, want_event)
+    custom projections. ``keys_`` opens sealed content (``projections.erasure``); without it a
+    sealed record raises ``KeyStoreDamaged`` (it is never skipped as poison)."""
+    decision, event = _admit(tx, position, key, value, known, want_event, keys_)
     counter = _COUNTERS.get(decision.outcome)
     if counter is not None:
         setattr(stats, counter, getattr(stats, counter) + 1)
@@ -120,17 +126,28 @@ def admit(tx: Tx, stats: keys.Stats, position: LogPosition, key: bytes, value: b
 
 
 def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known | None,
-           want_event: bool) -> tuple[Decision, ProjectedEvent | None]:
+           want_event: bool, keys_: DataKeys | None) -> tuple[Decision, ProjectedEvent | None]:
     try:
         event = decode_event(value)  # only valid events: ids, ranges, times, formats
         if isinstance(event, ConversationCleared):
             batch = None
             append_id = b""
         else:
+            if event.sealed is not None:
+                event = open_content(event, keys_)  # DecryptionFailed (poison) or KeyErased
             batch = event_batch(event, known.get((key, event.digest)) if known else None)
             append_id = event.append_id.encode("utf-8")
     except CorruptLog as e:
         return _corrupt(e.reason or str(e))
+    except KeyErased:
+        # Its conversation was cleared (every key of it is destroyed only after the clear is in the
+        # log): the content is gone on purpose and the record has no effect; a writer still
+        # waiting for it is told the conversation is closed.
+        assert not isinstance(event, ConversationCleared)  # Invariant: only sealed content raises it.
+        if key != record_key_bytes(event.conversation_id.encode("utf-8"), event.append_id.encode("utf-8")):
+            return _corrupt("record key does not match the event")
+        row = conversation_row(tx, event.conversation_id)
+        return Decision(Outcome.REJECTED_CLOSED if row is not None and row.closed else Outcome.ERASED), None
     conversation_id = ConversationID(event.conversation_id)  # already one: returned as is
     conv = conversation_id.encode("utf-8")
     if key != record_key_bytes(conv, append_id):
@@ -143,6 +160,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         full.clear(tx, conv)
         tx.delete(keys.open_key(conv))
         tx.put(keys.conv_key(conv), keys.ConversationRow(closed=True).encode())
+        tx.put(keys.erasing_key(conv), b"")  # until its files are cleaned (projections.erasure)
         if not want_event:
             return Decision(Outcome.CLEARED), None
         return Decision(Outcome.CLEARED), ClearEvent(conversation_id, position, time_of(event.created_at_ms))
@@ -206,7 +224,7 @@ def precheck(rows: Rows, row: keys.ConversationRow | None, event: BatchAppended 
     raw_receipt = rows.get(keys.receipt_key(conv, batch.append_id.encode("utf-8"))) if row is not None else None
     if raw_receipt is not None:
         prior = keys.ReceiptRow.decode(raw_receipt)
-        if prior.digest == event.digest:
+        if prior.digest == batch.digest:  # the content's digest: a sealed event's is in memory only
             return Decision(Outcome.DUPLICATE, prior.digest, LogPosition(prior.partition, prior.offset))
         return Decision(Outcome.CONFLICT, prior.digest)
     if isinstance(event, TurnReplaced):

@@ -28,6 +28,9 @@ key                    meaning                                         value
 ``X`` conv 1F ext 1F   a visible message whose metadata ``external_id``  empty
       ord              is the JSON string ``ext`` (canonical spelling)
 ``O`` conv             an open conversation (listing pages)            empty
+``E`` conv             a cleared conversation whose files may still     empty
+                       hold its content (until ``projections.erasure``
+                       has compacted them)
 ``P`` name 00 part     checkpoint: next offset to apply (``core``'s:   offset (``core``: + ``Stats``)
                        with the partition's admission counters)
 ``Q`` part offset      a quarantined poison record                     reason (UTF-8)
@@ -73,6 +76,7 @@ __all__ = [
     "CHECKPOINT",
     "CONVERSATION",
     "CUSTOM",
+    "ERASING",
     "EVIDENCE_FORMATS",
     "EXTERNAL",
     "FORMAT_KEY",
@@ -108,6 +112,9 @@ __all__ = [
     "conversations_range",
     "custom_keyspace",
     "custom_partition_keyspace",
+    "erasing_key",
+    "erasing_range",
+    "erasure_ranges",
     "external_key",
     "external_range",
     "external_text",
@@ -124,6 +131,7 @@ __all__ = [
     "read_checkpoint_key",
     "read_checkpoint_stats",
     "read_conv_key",
+    "read_erasing_key",
     "read_key_u64",
     "read_open_key",
     "read_poison_key",
@@ -174,6 +182,7 @@ _NAME_END = b"\x00"  # ends a name (checkpoints, custom projections): names hold
 TIME = b"W"
 EXTERNAL = b"X"
 OPEN = b"O"
+ERASING = b"E"
 
 CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT, TIME, EXTERNAL)
 """Every keyspace under ``prefix conv 1F``: what a clear drops (the ``C`` row keeps the closure)."""
@@ -322,6 +331,25 @@ def open_range(prefix: bytes = b"") -> tuple[bytes, bytes]:
 def read_open_key(key: bytes) -> bytes:
     """The conversation id bytes of an ``O`` key."""
     return key[len(OPEN):]
+
+
+def erasing_key(conv: bytes) -> bytes:
+    """A cleared conversation whose state files may still hold its content (``projections.erasure``)."""
+    return ERASING + conv
+
+
+def erasing_range() -> tuple[bytes, bytes]:
+    return ERASING, prefix_end(ERASING)
+
+
+def read_erasing_key(key: bytes) -> bytes:
+    return key[len(ERASING):]
+
+
+def erasure_ranges(conv: bytes) -> list[tuple[bytes, bytes]]:
+    """``[lower, upper)`` of every key a conversation's rows may have had: what a clear compacts."""
+    single = [(prefix + conv, prefix + conv + b"\x00") for prefix in (CONVERSATION, OPEN)]
+    return [*conversation_ranges(conv), *single]
 
 
 def conv_range(prefix: bytes, conv: bytes) -> tuple[bytes, bytes]:
@@ -599,7 +627,8 @@ class HiddenRow:
         return at, REASONS[reason], b[start:start + blen].decode("utf-8"), b[start + blen:]
 
 
-_STATS = struct.Struct(">QQQQQQQ")
+_STATS = struct.Struct(">QQQQQQQQQ")
+_STATS_BEFORE_ERASURE = struct.Struct(">QQQQQQQ")  # rows written before ``cleared`` and ``erased`` were counted
 
 
 @dataclass(slots=True)
@@ -613,10 +642,14 @@ class Stats:
     corrupt: int = 0
     precondition_failed: int = 0
     not_replaceable: int = 0
+    cleared: int = 0
+    """Conversations cleared (each erased once: its keys destroyed, its rows deleted)."""
+    erased: int = 0
+    """Records met after their content was erased (their key destroyed): applied without effect."""
 
     def encode(self) -> bytes:
         return _STATS.pack(self.accepted, self.duplicates, self.conflicts, self.rejected_closed, self.corrupt,
-                           self.precondition_failed, self.not_replaceable)
+                           self.precondition_failed, self.not_replaceable, self.cleared, self.erased)
 
     def copy(self) -> Stats:
         return Stats(*(getattr(self, f) for f in Stats.__slots__))
@@ -628,4 +661,8 @@ class Stats:
 
     @classmethod
     def decode(cls, b: bytes | None) -> Stats:
-        return cls(*_STATS.unpack(b)) if b else cls()
+        if not b:
+            return cls()
+        if len(b) == _STATS_BEFORE_ERASURE.size:
+            return cls(*_STATS_BEFORE_ERASURE.unpack(b))
+        return cls(*_STATS.unpack(b))

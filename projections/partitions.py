@@ -37,6 +37,7 @@ def drop_partition(store: StateStore, tx: Tx, partition: int, partitions: int) -
         if partition_for_key(conv, partitions) == partition:
             tx.delete(keys.conv_key(conv))
             tx.delete(keys.open_key(conv))
+            tx.delete(keys.erasing_key(conv))
             for lower, upper in keys.conversation_ranges(conv):
                 tx.delete_range(lower, upper)
     tx.delete_range(*keys.poison_partition_range(partition))

@@ -34,16 +34,18 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from projections import keys
-from projections.admission import Decision, Known, admit
+from projections import erasure, keys
+from projections.admission import Decision, Known, Outcome, admit
 from projections.custom import Projection, ProjectionTx, check_name, keyspace
 from projections.delivery import Deliveries, Subscription, Ticket
+from projections.erasure import DataKeys
 from projections.events import ProjectedEvent
 from projections.partitions import Ownership, PartitionState
 from projections.store import DamagedState, StateStore, Tx
 from schemas.batch import Batch
 from schemas.errors import DuplicateProjection, LogUnavailable, ProjectionError, StateUnavailable
 from schemas.positions import LogPosition
+from schemas.records import read_record_conv
 
 __all__ = ["CORE", "CursorLike", "PartitionState", "Projector", "RecordLike", "checkpoints", "scratch_prefix"]
 
@@ -96,8 +98,13 @@ ProgressFn = Callable[[int, int], None]
 class Projector(Ownership):
     """Applies log records to a ``StateStore``; thread-safe to wait on and to read stats from."""
 
-    def __init__(self, store: StateStore, partitions: int, owned: Iterable[int] | None = None) -> None:
+    def __init__(self, store: StateStore, partitions: int, owned: Iterable[int] | None = None,
+                 keys_: DataKeys | None = None) -> None:
+        """``keys_`` opens sealed content and destroys a cleared conversation's keys
+        (``projections.erasure``); None: an engine of plain records only (a sealed one stops the
+        projector with ``KeyStoreDamaged``)."""
         self.store = store
+        self.keys = keys_
         self.partitions = partitions
         self._owned = frozenset(range(partitions)) if owned is None else frozenset(owned)
         self._catching: dict[int, int] = {}  # taken on -> the log end seen then, until applied reaches it
@@ -202,7 +209,7 @@ class Projector(Ownership):
             counted[p] += 1
             position = LogPosition(p, o)
             decision, event = admit(tx, stats[p], position, r.key, r.value, known=self._known,
-                                    want_event=want_events)
+                                    want_event=want_events, keys_=self.keys)
             if event is not None:
                 self._feed(live, step_txs, tx, event)
                 events.append(event)
@@ -219,6 +226,7 @@ class Projector(Ownership):
                 for name in live:
                     tx.put(keys.checkpoint_key(name, p), keys.checkpoint_value(applied[p]))
         tx.commit()
+        decided = self._erase(decided, live)
         for name in set(self._live) - set(live):  # failed in this step
             del self._live[name]
         with self._cond:
@@ -232,6 +240,39 @@ class Projector(Ownership):
                     heapq.heappop(heap)[2].set()
             self._cond.notify_all()
         self.deliveries.publish(decided, events)
+
+    def _erase(self, decided: list[tuple[LogPosition, bytes, Decision]],
+               live: Mapping[str, Projection]) -> list[tuple[LogPosition, bytes, Decision]]:
+        """Complete the erasure of the conversations this step cleared, before their writers
+        hear of it (``clear`` returns once its conversation is forgotten). A failure leaves them
+        closed and pending: their decisions say why, and the next ``clear`` or open retries."""
+        cleared = [(i, read_record_conv(key)) for i, (_, key, d) in enumerate(decided) if d.outcome is Outcome.CLEARED]
+        if not cleared:
+            return decided
+        parts = {position.partition for position, _, d in decided if d.outcome is Outcome.CLEARED}
+        extra = [keys.custom_partition_keyspace(name, p) for name in live for p in parts]
+        try:
+            erasure.complete(self.store, self.keys, [conv for _, conv in cleared], extra)
+        except Exception as e:
+            log.warning("the erasure of %d cleared conversation(s) did not complete (%s); they are closed, and "
+                        "the next clear of each, or the next open, completes it", len(cleared), e)
+            out = list(decided)
+            for i, _ in cleared:
+                position, key, _ = out[i]
+                out[i] = (position, key, Decision(Outcome.CLEARED, reason=f"erasure incomplete: {e}"[:300]))
+            return out
+        return decided
+
+    def complete_erasures(self, convs: Sequence[bytes] | None = None) -> None:
+        """Complete the erasures left pending (all of them, or those of ``convs``) by a crash or
+        an error; raises what the key store or RocksDB raised. Between steps, like a step."""
+        with self._step_lock:
+            waiting = erasure.pending(self.store)
+            if convs is not None:
+                waiting = [c for c in waiting if c in set(convs)]
+            if waiting:
+                erasure.complete(self.store, self.keys, waiting,
+                                 [keys.custom_keyspace(name) for name in self._live])
 
     def _feed(self, live: dict[str, Projection], step_txs: dict[tuple[str, int], ProjectionTx], tx: Tx,
               event: ProjectedEvent) -> None:
@@ -317,7 +358,7 @@ class Projector(Ownership):
         for r in records:
             deliver = r.offset >= start
             _, event = admit(admission_tx, keys.Stats(), LogPosition(r.partition, r.offset), r.key, r.value,
-                             want_event=deliver)
+                             want_event=deliver, keys_=self.keys)
             if event is not None:
                 try:
                     projection.apply(event, ptx)

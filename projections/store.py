@@ -28,7 +28,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rocksdict import BlockBasedOptions, Options, Rdict, WriteBatch, WriteOptions
+from rocksdict import (
+    BlockBasedOptions,
+    BottommostLevelCompaction,
+    CompactOptions,
+    Options,
+    Rdict,
+    WriteBatch,
+    WriteOptions,
+)
 
 from schemas.errors import InvalidConfiguration, StateUnavailable
 
@@ -149,6 +157,25 @@ class StateStore:
             self.db.put(key, value, self._write_opts)
         except Exception as e:
             raise self.failed(e, "writing") from e
+
+    def compact(self, ranges: list[tuple[bytes, bytes]]) -> None:
+        """Make the deletions already committed in ``ranges`` physical (erasure,
+        ``projections.erasure``): flush the memtable to a table file, which retires the WAL that
+        held the deleted rows (RocksDB deletes a WAL once every row of it is in a table file; it
+        never recycles or archives one here), then compact each ``[lower, upper)`` to the last
+        level, where deleted rows and their tombstones are dropped, so no file of the state
+        holds them any more. Files a live ``Snapshot`` still pins stay until it is released
+        (queries hold one only while they run)."""
+        try:
+            self.db.flush(True)
+            options = CompactOptions()
+            options.set_bottommost_level_compaction(BottommostLevelCompaction.force())
+            options.set_exclusive_manual_compaction(False)
+            for lower, upper in ranges:
+                self.db.compact_range(lower, upper, options)
+            self.db.flush_wal(True)
+        except Exception as e:
+            raise self.failed(e, "compacting") from e
 
     def iterator(self) -> Snapshot:
         snap = Snapshot(self)

@@ -12,6 +12,7 @@ from typing import Any, Final
 from schemas.canonical import DIGEST_PATTERN
 from schemas.errors import HistoryError, NotFound
 from schemas.ids import AppendID, ConversationID, MessageID
+from schemas.sealed import TAG_BYTES, key_id_problem
 from schemas.times import time_problem
 
 __all__ = [
@@ -78,7 +79,16 @@ def _valid_batch_fields(rec: dict[str, Any]) -> None:
     is checked by ``event_batch``."""
     _valid_common(rec)
     _valid_id(rec, "append_id", AppendID)
-    if DIGEST_PATTERN.fullmatch(rec["digest"]) is None:
+    sealed = rec.get("sealed")
+    if sealed is not None:  # the sealed form (BatchAppended v3, TurnReplaced v2): no plain content at all
+        if rec["digest"] != "" or rec["messages"] != b"":
+            raise InvalidField("sealed", "a sealed record carries no digest and no messages (both must be empty)")
+        problem = key_id_problem(sealed["key_id"])
+        if problem:
+            raise InvalidField("sealed", problem)
+        if len(sealed["ciphertext"]) < TAG_BYTES:
+            raise InvalidField("sealed", f"the ciphertext is shorter than its {TAG_BYTES}-byte tag")
+    elif DIGEST_PATTERN.fullmatch(rec["digest"]) is None:
         raise InvalidField("digest", f"{rec['digest'][:80]!r} is not 'sha256:' + 64 lowercase hex digits")
     _valid_int(rec, "message_count", 1, INT_MAX)
     _valid_int(rec, "content_bytes", 0, LONG_MAX)

@@ -64,6 +64,7 @@ from schemas.event_rules import (
     check_replaced_record,
     turn_id_problem,
 )
+from schemas.sealed import SEALED_BATCH, SEALED_REPLACED, DataKey, Sealed, open_sealed, seal
 from schemas.times import check_time_ms
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -73,12 +74,14 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = [
     "BATCH_APPENDED_FINGERPRINT",
     "BATCH_APPENDED_V1_FINGERPRINT",
+    "BATCH_APPENDED_V2_FINGERPRINT",
     "CONVERSATION_CLEARED_FINGERPRINT",
     "HEADER_SIZE",
     "MAGIC",
     "NAMESPACE",
     "REPLACE_REASONS",
     "TURN_REPLACED_FINGERPRINT",
+    "TURN_REPLACED_V1_FINGERPRINT",
     "BatchAppended",
     "ConversationCleared",
     "Event",
@@ -88,8 +91,10 @@ __all__ = [
     "encode_event",
     "event_batch",
     "fingerprint_of",
+    "open_event",
     "register_writer_schema",
     "schema_fingerprint",
+    "seal_event",
 ]
 
 MAGIC: Final = b"\xc3\x01"
@@ -121,6 +126,9 @@ class BatchAppended:
     expected_last: str | None = None
     """Precondition (version 2): ``None`` none; ``""`` no accepted append yet; else the append id
     of the conversation's last accepted append."""
+    sealed: Sealed | None = None
+    """Version 3: the content sealed under the conversation's data key (``digest`` is then ``""``
+    and ``messages`` empty); None for a plain record."""
 
     @classmethod
     def of(cls, batch: Batch, created_at_ms: int, expected_last: str | None = None) -> BatchAppended:
@@ -160,6 +168,8 @@ class TurnReplaced:
     created_at_ms: int
     old_turn_id: str
     reason: str
+    sealed: Sealed | None = None
+    """Version 2: the replacement's content sealed (as ``BatchAppended.sealed``); None when plain."""
 
     @classmethod
     def of(cls, batch: Batch, created_at_ms: int, old_turn_id: str, reason: str) -> TurnReplaced:
@@ -183,12 +193,19 @@ Event = BatchAppended | ConversationCleared | TurnReplaced
 _SCHEMA_DIR: Final = Path(__file__).resolve().parent
 
 _CURRENT_FILES: Final[dict[str, str]] = {
-    BatchAppended.AVRO_NAME: "batch_appended.avsc",
+    BatchAppended.AVRO_NAME: "batch_appended.v3.avsc",
     ConversationCleared.AVRO_NAME: "conversation_cleared.avsc",
+    TurnReplaced.AVRO_NAME: "turn_replaced.v2.avsc",
+}
+_HISTORIC_FILES: Final = ("batch_appended.v1.avsc", "batch_appended.avsc", "turn_replaced.avsc")
+"""Older writer schemas that logs may hold: registered at import, so old logs still replay.
+``batch_appended.avsc`` (version 2) and ``turn_replaced.avsc`` (version 1) are also what a *plain*
+record is written with (``encode_event`` of an event without ``sealed``): byte for byte what
+releases before sealing wrote, so a reader that does not know the sealed schemas still reads them."""
+_PLAIN_FILES: Final[dict[str, str]] = {
+    BatchAppended.AVRO_NAME: "batch_appended.avsc",
     TurnReplaced.AVRO_NAME: "turn_replaced.avsc",
 }
-_HISTORIC_FILES: Final = ("batch_appended.v1.avsc",)
-"""Older writer schemas that logs may hold: registered at import, so old logs still replay."""
 
 
 def schema_fingerprint(schema: Any) -> bytes:
@@ -211,8 +228,16 @@ class _Writer:
     build: Callable[[dict[str, Any]], Event]
 
 
+def _sealed_of(rec: dict[str, Any]) -> None:
+    """The record's ``sealed`` union as a ``Sealed`` (absent in plain writers' records)."""
+    raw = rec.get("sealed")
+    if raw is not None:
+        rec["sealed"] = Sealed(raw["key_id"], raw["nonce"], raw["ciphertext"], raw["mac"])
+
+
 def _build_batch(rec: dict[str, Any]) -> Event:
     check_batch_record(rec)
+    _sealed_of(rec)
     return BatchAppended(**rec)
 
 
@@ -223,6 +248,7 @@ def _build_cleared(rec: dict[str, Any]) -> Event:
 
 def _build_replaced(rec: dict[str, Any]) -> Event:
     check_replaced_record(rec)
+    _sealed_of(rec)
     return TurnReplaced(**rec)
 
 
@@ -328,13 +354,33 @@ def _register_historic() -> dict[str, bytes]:
     prints = {}
     for filename in _HISTORIC_FILES:
         schema = json.loads((_SCHEMA_DIR / filename).read_text(encoding="utf-8"))
-        prints[filename] = register_writer_schema(schema)
+        fp = prints[filename] = register_writer_schema(schema)
+        writer = _WRITERS[fp]
+        if filename in _PLAIN_FILES.values():
+            # The plain writers are the current schema without its last field, ``sealed`` (whose
+            # default, None, the dataclass has): read their bodies as written, without fastavro's
+            # schema resolution, which costs about as much again per record on replay.
+            current = [f for f in _CURRENT[writer.name]["fields"] if f["name"] != "sealed"]
+            assert [(f["name"], f["type"]) for f in writer.schema["fields"]] == [
+                (f["name"], f["type"]) for f in current], filename  # Invariant: pinned by the schema files.
+            _WRITERS[fp] = _Writer(fp, writer.name, writer.schema, None, writer.build)
     return prints
 
 
-BATCH_APPENDED_V1_FINGERPRINT: Final[bytes] = _register_historic()["batch_appended.v1.avsc"]
+_HISTORIC_PRINTS: Final = _register_historic()
+BATCH_APPENDED_V1_FINGERPRINT: Final[bytes] = _HISTORIC_PRINTS["batch_appended.v1.avsc"]
 """Fingerprint bytes of ``BatchAppended`` version 1 (``schemas/batch_appended.v1.avsc``): still
 decoded (``expected_last`` reads as ``None``), never written."""
+BATCH_APPENDED_V2_FINGERPRINT: Final[bytes] = _HISTORIC_PRINTS["batch_appended.avsc"]
+"""Fingerprint bytes of ``BatchAppended`` version 2 (``schemas/batch_appended.avsc``): what a plain
+batch is written with (``seal=False``, and every release before sealing)."""
+TURN_REPLACED_V1_FINGERPRINT: Final[bytes] = _HISTORIC_PRINTS["turn_replaced.avsc"]
+"""Fingerprint bytes of ``TurnReplaced`` version 1 (``schemas/turn_replaced.avsc``): what a plain
+replacement is written with."""
+_PREFIX_PLAIN_BATCH: Final = MAGIC + BATCH_APPENDED_V2_FINGERPRINT
+_PREFIX_PLAIN_REPLACED: Final = MAGIC + TURN_REPLACED_V1_FINGERPRINT
+_SCHEMA_PLAIN_BATCH: Final = _WRITERS[BATCH_APPENDED_V2_FINGERPRINT].schema
+_SCHEMA_PLAIN_REPLACED: Final = _WRITERS[TURN_REPLACED_V1_FINGERPRINT].schema
 
 # --------------------------------------------------------------------------- codec
 
@@ -352,7 +398,9 @@ def _check_int(value: object, field: str, lo: int, hi: int) -> None:
 
 
 def encode_event(event: Event) -> bytes:
-    """Frame one event with the current schema of its type.
+    """Frame one event: a sealed batch or replacement with the current schema of its type
+    (``BatchAppended`` v3, ``TurnReplaced`` v2), a plain one (``sealed`` None) with the plain
+    version (v2, v1: the bytes every release before sealing wrote), a clear with its schema.
 
     Raises ``TypeError`` / ``ValueError`` for a field of the wrong type, an integer outside its
     Avro range (``message_count`` is an ``int``, the others ``long``) or a string that is not
@@ -381,17 +429,31 @@ def encode_event(event: Event) -> bytes:
             "content_bytes": event.content_bytes,
             "created_at_ms": event.created_at_ms,
         }
+        sealed = event.sealed
         if isinstance(event, BatchAppended):
             if event.expected_last is not None:
                 _check_str(event.expected_last, "expected_last")
             record["expected_last"] = event.expected_last
-            prefix, schema = _PREFIX_BATCH, _SCHEMA_BATCH
+            prefix, schema = (_PREFIX_PLAIN_BATCH, _SCHEMA_PLAIN_BATCH) if sealed is None else (
+                _PREFIX_BATCH, _SCHEMA_BATCH)
         else:
             _check_str(event.old_turn_id, "old_turn_id")
             _check_str(event.reason, "reason")
             record["old_turn_id"] = event.old_turn_id
             record["reason"] = event.reason
-            prefix, schema = _PREFIX_REPLACED, _SCHEMA_REPLACED
+            prefix, schema = (_PREFIX_PLAIN_REPLACED, _SCHEMA_PLAIN_REPLACED) if sealed is None else (
+                _PREFIX_REPLACED, _SCHEMA_REPLACED)
+        if sealed is not None:
+            if not isinstance(sealed, Sealed):
+                raise TypeError(f"sealed must be a schemas.sealed.Sealed, not {type(sealed).__name__}")
+            _check_str(sealed.key_id, "sealed.key_id")
+            for name in ("nonce", "ciphertext", "mac"):
+                if type(getattr(sealed, name)) is not bytes:
+                    raise TypeError(f"sealed.{name} must be bytes")
+            if len(sealed.nonce) != 12 or len(sealed.mac) != 32:
+                raise ValueError("sealed.nonce is 12 bytes and sealed.mac 32 (Avro fixed)")
+            record["sealed"] = {"key_id": sealed.key_id, "nonce": sealed.nonce, "ciphertext": sealed.ciphertext,
+                                "mac": sealed.mac}
     elif cls is ConversationCleared:
         assert isinstance(event, ConversationCleared)  # Invariant: narrowed by the exact type check above.
         _check_str(event.conversation_id, "conversation_id")
@@ -467,6 +529,42 @@ def _starts_turn(message: Message) -> bool:
     return starts_turn(message)
 
 
+def _record_of(event: BatchAppended | TurnReplaced) -> str:
+    return SEALED_BATCH if isinstance(event, BatchAppended) else SEALED_REPLACED
+
+
+def seal_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppended | TurnReplaced:
+    """The sealed form of a plain event: its content (``messages``) encrypted under ``key`` for this
+    record (``schemas.sealed.seal``), ``digest`` and ``messages`` emptied. The one place content
+    is sealed."""
+    assert event.sealed is None  # Invariant: writers seal the plain event they built, once.
+    sealed = seal(key, event.messages, conversation_id=event.conversation_id, append_id=event.append_id,
+                  record=_record_of(event))
+    if isinstance(event, BatchAppended):
+        return BatchAppended(event.conversation_id, event.append_id, "", b"", event.message_count,
+                             event.content_bytes, event.created_at_ms, event.expected_last, sealed)
+    return TurnReplaced(event.conversation_id, event.append_id, "", b"", event.message_count, event.content_bytes,
+                        event.created_at_ms, event.old_turn_id, event.reason, sealed)
+
+
+def open_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppended | TurnReplaced:
+    """The plain form of a sealed event, opened under ``key`` (its ``sealed.key_id``'s data key):
+    ``messages`` the decrypted content and ``digest`` its ``sha256:`` (computed here, in memory
+    only: admission compares content by it, every instance alike, whichever key sealed it).
+    ``DecryptionFailed`` (a ``CorruptLog``: poison) when it does not open. A plain event is
+    returned as it is."""
+    sealed = event.sealed
+    if sealed is None:
+        return event
+    content = open_sealed(key, sealed, conversation_id=event.conversation_id, append_id=event.append_id,
+                          record=_record_of(event))
+    if isinstance(event, BatchAppended):
+        return BatchAppended(event.conversation_id, event.append_id, digest_of(content), content,
+                             event.message_count, event.content_bytes, event.created_at_ms, event.expected_last)
+    return TurnReplaced(event.conversation_id, event.append_id, digest_of(content), content, event.message_count,
+                        event.content_bytes, event.created_at_ms, event.old_turn_id, event.reason)
+
+
 def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None, *, fast: bool = True) -> Batch:
     """The batch a decoded event carries, checked: ``CorruptLog`` unless ``messages`` has the
     event's digest and is the canonical JSON of valid messages whose count and content bytes are
@@ -478,8 +576,9 @@ def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None,
     matching digest (the digest is public): by ``schemas.fastpath`` for the common shapes, which
     accepts exactly what the full model accepts and builds the same batch, else (and always
     with ``fast=False``, the differential tests' reference) by ``Batch.from_canonical``, which
-    also gives the reason of a rejection.
+    also gives the reason of a rejection. A sealed event is opened first (``open_event``).
     """
+    assert event.sealed is None  # Invariant: callers open a sealed event before reading its batch.
     from_canonical, fast_batch = _batch_readers()
     if known is not None and known.canonical_json() == event.messages:
         batch = known

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from kafka.partitioner import murmur2
 
-__all__ = ["KEY_SEPARATOR", "partition_for_key", "record_key", "record_key_bytes"]
+__all__ = ["KEY_SEPARATOR", "partition_for_key", "read_record_conv", "record_key", "record_key_bytes"]
 
 KEY_SEPARATOR = b"\x1f"
 
@@ -28,6 +28,11 @@ def record_key(conversation_id: str, append_id: str = "") -> bytes:
     return record_key_bytes(conversation_id.encode("utf-8"), append_id.encode("utf-8"))
 
 
+def read_record_conv(key: bytes) -> bytes:
+    """The conversation id bytes of a record key (the bytes before its first ``0x1F``)."""
+    return key.split(KEY_SEPARATOR, 1)[0]
+
+
 def partition_for_key(key: bytes, partitions: int) -> int:
     """Kafka's default partitioner applied to the conversation id bytes of ``key``.
 
@@ -36,5 +41,5 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     """
     if partitions == 1:
         return 0
-    conversation = key.split(KEY_SEPARATOR, 1)[0]
+    conversation = read_record_conv(key)
     return (int(murmur2(conversation)) & 0x7FFFFFFF) % partitions

@@ -214,7 +214,8 @@ class EngineCollector(Collector):
                                        labels=["outcome"])
         for outcome, count in (("accepted", s.accepted), ("duplicate", s.duplicates), ("conflict", s.conflicts),
                                ("closed", s.rejected_closed), ("precondition_failed", s.precondition_failed),
-                               ("not_replaceable", s.not_replaceable)):
+                               ("not_replaceable", s.not_replaceable), ("cleared", s.cleared),
+                               ("erased", s.erased)):
             outcomes.add_metric([outcome], count)
         yield outcomes
         poison = CounterMetricFamily("histlog_poison_records", "Poison records skipped (quarantined)")

@@ -230,6 +230,8 @@ class StatsOut(BaseModel):
     not_replaceable: int
     owned_partitions: list[int] = []
     applied_since_open: list[int] = []
+    cleared: int = 0
+    erased: int = 0
     poison: list[PoisonOut]
 
 

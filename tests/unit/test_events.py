@@ -23,10 +23,12 @@ from schemas.errors import CorruptLog, HistoryError, InvalidConfiguration
 from schemas.events import (
     BATCH_APPENDED_FINGERPRINT,
     BATCH_APPENDED_V1_FINGERPRINT,
+    BATCH_APPENDED_V2_FINGERPRINT,
     CONVERSATION_CLEARED_FINGERPRINT,
     HEADER_SIZE,
     MAGIC,
     TURN_REPLACED_FINGERPRINT,
+    TURN_REPLACED_V1_FINGERPRINT,
     BatchAppended,
     ConversationCleared,
     Event,
@@ -46,9 +48,13 @@ GOLDEN = ROOT / "tests" / "data" / "events"
 DOCS = ROOT / "docs" / "events.md"
 
 # Pinned: the fingerprints of the current schemas, as the frame carries them.
-PINNED = {
-    "BatchAppended": "a4d2fd8b7ee6e3e4",
+PINNED = {  # the current (sealed) schemas
+    "BatchAppended": "468102e300405467",
     "ConversationCleared": "c27975b3260a301e",
+    "TurnReplaced": "bc5f948096c4fb8e",
+}
+PINNED_PLAIN = {  # what plain records are written with: the schemas of every release before sealing
+    "BatchAppended": "a4d2fd8b7ee6e3e4",
     "TurnReplaced": "939f9a0f0b64df68",
 }
 PINNED_V1_BATCH = "c22957e66f4f2191"  # BatchAppended version 1: still decoded
@@ -194,7 +200,10 @@ def test_turn_replaced_round_trips(event: TurnReplaced) -> None:
 def test_encoding_is_framed_with_the_current_fingerprint(event: Event) -> None:
     data = encode_event(event)
     assert data[:2] == MAGIC
-    assert data[2:HEADER_SIZE] == fingerprint_of(type(event))
+    plain = getattr(event, "sealed", True) is None  # a batch or replacement without sealed content
+    name = type(event).__name__
+    expected = bytes.fromhex(PINNED_PLAIN[name]) if plain else fingerprint_of(type(event))
+    assert data[2:HEADER_SIZE] == expected
 
 
 def test_decoded_events_are_the_frozen_dataclasses() -> None:
@@ -262,7 +271,7 @@ def test_an_old_version_1_batch_still_decodes_without_a_precondition() -> None:
     assert BATCH_APPENDED_V1_FINGERPRINT.hex() == PINNED_V1_BATCH
     decoded = decode_event(golden)
     assert isinstance(decoded, BatchAppended) and decoded.expected_last is None
-    assert encode_event(decoded)[2:HEADER_SIZE] == BATCH_APPENDED_FINGERPRINT  # rewritten, it is version 2
+    assert encode_event(decoded)[2:HEADER_SIZE] == BATCH_APPENDED_V2_FINGERPRINT  # rewritten plain: version 2
 
 
 def test_golden_batch_digest_is_the_sha256_of_its_messages() -> None:
@@ -277,6 +286,11 @@ def test_golden_batch_digest_is_the_sha256_of_its_messages() -> None:
 def test_fingerprints_are_pinned(name: str) -> None:
     assert fingerprint_of(name).hex() == PINNED[name], f"BREAKING LOG FORMAT CHANGE: schema {name} changed"
     assert fingerprint_of(f"histlog.events.{name}") == fingerprint_of(name)
+
+
+def test_plain_fingerprints_are_pinned() -> None:
+    assert BATCH_APPENDED_V2_FINGERPRINT.hex() == PINNED_PLAIN["BatchAppended"]
+    assert TURN_REPLACED_V1_FINGERPRINT.hex() == PINNED_PLAIN["TurnReplaced"]
 
 
 def test_fingerprint_constants_match() -> None:
