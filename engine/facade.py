@@ -207,12 +207,17 @@ class HistoryEngine:
         if not isinstance(seal, bool):
             raise InvalidConfiguration(f"open(seal=...) takes a bool, got {seal!r}")
         master = master_key_from(master_key_file)
-        if kafka is not None:
-            key_store: KeyStore = KafkaKeyStore(kafka, keys_topic_of(topic), master=master,
-                                                replication_factor=replication_factor)
-        else:
-            assert path is not None  # Invariant: checked above.
-            key_store = FileKeyStore(Path(path) / "keys", master=master)
+        opened: list[KeyStore] = []  # the key store, opened once the log is (its errors are the clearer)
+
+        def key_store() -> KeyStore:
+            if not opened:
+                if kafka is not None:
+                    opened.append(KafkaKeyStore(kafka, keys_topic_of(topic), master=master,
+                                                replication_factor=replication_factor))
+                else:
+                    assert path is not None  # Invariant: checked above.
+                    opened.append(FileKeyStore(Path(path) / "keys", master=master))
+            return opened[0]
 
         def attempt() -> HistoryEngine:
             if kafka is not None:
@@ -222,7 +227,15 @@ class HistoryEngine:
             else:
                 assert path is not None  # Invariant: checked above.
                 parts = open_file_parts(Path(path), partitions, fsync, rebuild=rebuild, accept_log_loss=accept_log_loss)
-            return cls(*parts, progress=progress, owned=owned, keys=key_store, seal=seal)
+            try:
+                keys = key_store()
+            except BaseException:
+                try:
+                    parts[0].close()
+                finally:
+                    parts[1].close()
+                raise
+            return cls(*parts, progress=progress, owned=owned, keys=keys, seal=seal)
 
         try:
             try:
@@ -232,9 +245,11 @@ class HistoryEngine:
                 # the second attempt rebuilds the state from the log, as a damage found by RocksDB's own
                 # open already does (engine/state.py).
                 log.warning("the state is damaged (%s): rebuilding it from the log", e.detail or e)
+                opened.clear()  # the failed engine closed the key store with the rest
                 return attempt()
         except BaseException:
-            key_store.close()
+            for store in opened:
+                store.close()
             raise
 
     def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None) -> bool:
@@ -263,6 +278,14 @@ class HistoryEngine:
                 return True
             if deadline is not None and time.monotonic() >= deadline:
                 return False
+
+    @property
+    def sealing(self) -> bool:
+        """Whether this engine seals the content it writes, so that ``clear`` erases it from the
+        log (``open``: unless ``seal=False``; an engine built without a key store: never). A
+        replay (a rebuild, a custom projection's catch-up) gives nothing of a cleared
+        conversation's sealed records but its ``ClearEvent``: their content is gone."""
+        return self._writes.sealing
 
     # -- owned partitions (a cluster member, docs/design.md §9) ----------------------------------
     @property

@@ -174,6 +174,10 @@ class Writes:
                              "call clear again")
 
     @property
+    def sealing(self) -> bool:
+        return self._keys is not None
+
+    @property
     def inline_submit(self) -> bool:
         """Whether an event loop may run a submit itself: the log's ``produce`` never blocks
         (FileLog, MemoryLog), so a submit is point reads of local state plus an enqueue."""

@@ -22,8 +22,10 @@ from schemas.messages import Message
 
 
 class ToolUsage(Projection):
-    """How often each tool was called, over every conversation. Cleared conversations and
-    replaced turns still count: hiding messages does not undo that a tool ran."""
+    """How often each tool was called, over every conversation. Replaced turns still count:
+    hiding messages does not undo that a tool ran. A cleared conversation's calls count until the
+    projection is rebuilt: a replay gives only the clear of an erased conversation (its content
+    is gone), so a rebuilt count leaves them out."""
 
     name = "tool-usage"
 

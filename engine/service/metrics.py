@@ -16,7 +16,7 @@ Two sources:
 - **The engine**, from ``HistoryEngine.stats()`` read by ``StatsProbe`` and shown by
   ``EngineCollector`` (nothing on the request path): admission's decisions
   ``histlog_admission_decisions_total{outcome}`` (accepted, duplicate, conflict, closed,
-  precondition_failed, not_replaceable: the records decided in log order since the state was
+  precondition_failed, not_replaceable, cleared, erased: the records decided in log order since the state was
   built, from every writer of the log; an answer the engine gave from its state without writing,
   e.g. a retry of a known batch, is not a decision), ``histlog_applied_records{partition}`` and
   ``histlog_log_end_offset{partition}``, ``histlog_projector_lag_records{partition}``,

@@ -69,6 +69,7 @@ class FileOwned:
         self._copies += 1
         copy = self.root.parent / f"reference-{self._copies}"
         shutil.copytree(self.root / "log", copy / "log")
+        shutil.copytree(self.root / "keys", copy / "keys")  # the log's content is sealed under these
         return HistoryEngine.open(copy, owned=owned)
 
     def raw_log(self) -> Log:
@@ -330,6 +331,8 @@ class OwnedContract:
             view = eng.view("total")
             rows = view.rows(b"events")
             events = sum(2 + i for convs in self.convs.values() for i in range(len(convs))) + 1  # the appends, a clear
+            if eng.sealing:  # the catch-up replays only the clear of the cleared conversation (its 2 appends erased)
+                events -= 2
             assert sorted(rows) == [0, 1, 2, 3] and sum(int(v) for v in rows.values()) == events
             with pytest.raises(ProjectionError, match="rows"):
                 view.get(b"events")

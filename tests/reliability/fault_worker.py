@@ -109,7 +109,7 @@ def observe(engine: HistoryEngine, convs: list[str]) -> dict[str, Any]:
             "stats": {"accepted": s.accepted, "duplicates": s.duplicates, "conflicts": s.conflicts,
                       "rejected_closed": s.rejected_closed, "corrupt": s.corrupt,
                       "precondition_failed": s.precondition_failed, "not_replaceable": s.not_replaceable,
-                      "lag": s.lag, "end_offsets": s.end_offsets}}
+                      "cleared": s.cleared, "erased": s.erased, "lag": s.lag, "end_offsets": s.end_offsets}}
 
 
 def counts(pairs: list[tuple[bytes, bytes]]) -> dict[str, int]:

@@ -24,6 +24,7 @@ set it to thousands for a long run.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -39,7 +40,13 @@ from hypothesis import strategies as st
 from engine import HistoryEngine
 from engine.log.base import record_key
 from schemas import Batch, HistoryError, Message, WindowTooSmall
-from schemas.events import MAGIC, current_schema, fingerprint_of
+from schemas.events import (
+    BATCH_APPENDED_V2_FINGERPRINT,
+    MAGIC,
+    TURN_REPLACED_V1_FINGERPRINT,
+    current_schema,
+    fingerprint_of,
+)
 from schemas.ids import AppendID, ConversationID
 from tests.poison_support import Tape, batch_record, clear_record, replaced_record, snapshot
 
@@ -50,6 +57,24 @@ KINDS = ("BatchAppended", "TurnReplaced", "ConversationCleared")
 CONVS = ("c0", "c1", "c2", "c3", "c4")
 APPENDS = ("a0", "a1", "a2", "a3")
 LAST_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z (docs/events.md)
+
+# The fuzzed records are *plain* ones (what a writer without sealing, and every release before
+# it, puts on the log): their schemas and fingerprints. Sealed records are fuzzed by the sealed
+# schema tests (tests/unit/test_sealed_schemas.py) and the erasure tests.
+_PLAIN_FILES = {"BatchAppended": ("batch_appended.avsc", BATCH_APPENDED_V2_FINGERPRINT),
+                "TurnReplaced": ("turn_replaced.avsc", TURN_REPLACED_V1_FINGERPRINT)}
+
+
+def plain_schema(kind: str) -> dict[str, Any]:
+    if kind not in _PLAIN_FILES:
+        return current_schema(kind)
+    schema: dict[str, Any] = json.loads((SCHEMA_DIR / _PLAIN_FILES[kind][0]).read_text("utf-8"))
+    return schema
+
+
+def plain_fingerprint(kind: str) -> bytes:
+    return _PLAIN_FILES[kind][1] if kind in _PLAIN_FILES else fingerprint_of(kind)
+
 
 # --------------------------------------------------------------------------- raw Avro writer
 # Written here, not with fastavro or encode_event, so any int (2**64, 2**100) and any raw string
@@ -76,17 +101,17 @@ def _value(avro_type: Any, value: Any) -> bytes:
 
 
 def raw_event(kind: str, record: dict[str, Any]) -> bytes:
-    body = b"".join(_value(f["type"], record[f["name"]]) for f in current_schema(kind)["fields"])
-    return MAGIC + fingerprint_of(kind) + body
+    body = b"".join(_value(f["type"], record[f["name"]]) for f in plain_schema(kind)["fields"])
+    return MAGIC + plain_fingerprint(kind) + body
 
 
 # --------------------------------------------------------------------------- the oracle
 
 _READERS: dict[bytes, tuple[str, Any, Any]] = {
-    fingerprint_of(kind): (kind, parse_schema(current_schema(kind)), None) for kind in KINDS
+    plain_fingerprint(kind): (kind, parse_schema(plain_schema(kind)), None) for kind in KINDS
 }
-_V1 = parse_schema(__import__("json").loads((SCHEMA_DIR / "batch_appended.v1.avsc").read_text("utf-8")))
-_READERS[bytes.fromhex("c22957e66f4f2191")] = ("BatchAppended", _V1, parse_schema(current_schema("BatchAppended")))
+_V1 = parse_schema(json.loads((SCHEMA_DIR / "batch_appended.v1.avsc").read_text("utf-8")))
+_READERS[bytes.fromhex("c22957e66f4f2191")] = ("BatchAppended", _V1, parse_schema(plain_schema("BatchAppended")))
 
 
 def _is_id(value: Any) -> bool:
@@ -171,7 +196,7 @@ NASTY_MESSAGES = st.sampled_from([
     _DEEP, b"[" * 5000,
 ])
 
-fields_of = {kind: [f["name"] for f in current_schema(kind)["fields"]] for kind in KINDS}
+fields_of = {kind: [f["name"] for f in plain_schema(kind)["fields"]] for kind in KINDS}
 
 
 @st.composite
@@ -204,7 +229,7 @@ def mutated_records(draw: st.DrawFn) -> tuple[bytes, bytes]:
     kind, record = draw(valid_records())
     original_key = record_key(record["conversation_id"], record.get("append_id", ""))
     field = draw(st.sampled_from(fields_of[kind]))
-    avro_type = next(f["type"] for f in current_schema(kind)["fields"] if f["name"] == field)
+    avro_type = next(f["type"] for f in plain_schema(kind)["fields"] if f["name"] == field)
     if field == "messages":
         record["messages"] = draw(NASTY_MESSAGES)
         if draw(st.booleans()):
@@ -241,7 +266,7 @@ def good_records(draw: st.DrawFn) -> tuple[bytes, bytes]:
     return record_key(record["conversation_id"], record.get("append_id", "")), raw_event(kind, record)
 
 
-_BATCH_HEADER = MAGIC + fingerprint_of("BatchAppended")
+_BATCH_HEADER = MAGIC + plain_fingerprint("BatchAppended")
 garbage = st.tuples(st.sampled_from([b"c0\x1fa0", b"c1\x1f", b"", b"\x1f"]) | st.binary(max_size=20),
                     st.binary(max_size=200) | st.binary(max_size=30).map(lambda b: _BATCH_HEADER + b))
 records = st.lists(st.one_of(good_records(), good_records(), mutated_records(), damaged_records(), garbage),
@@ -289,6 +314,7 @@ def test_no_record_stops_the_projector_and_every_instance_decides_the_same(
             expected = _read_everything(eng)
             tape = eng.view(Tape.name).scan(b"")
         shutil.copytree(first / "log", second / "log")
+        shutil.copytree(first / "keys", second / "keys")  # the sentinels are sealed under these
         with HistoryEngine.open(second) as other:
             assert _read_everything(other) == expected
             other.register(Tape())

@@ -78,6 +78,10 @@ def test_a_failed_flush_answers_every_writer_waiting_for_a_decision_with_log_una
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     engine = HistoryEngine.open(tmp_path / "data", partitions=2)
     aengine = AsyncHistoryEngine(engine)
+    for name in [f"thread-{i}" for i in range(8)] + [f"async-{i}" for i in range(8)]:
+        # Each conversation's data key exists before the fsync is held: the key store fsyncs a
+        # new key, and the fsync under test is the log's.
+        engine.append(_batch(f"c-{name}", "first"))
     fsync = _HeldFsync()
     monkeypatch.setattr(os, "fsync", fsync)
     outcomes: dict[str, BaseException | object] = {}
@@ -104,7 +108,7 @@ def test_a_failed_flush_answers_every_writer_waiting_for_a_decision_with_log_una
         # Every record is queued (one in the held flush, the rest waiting behind it), every
         # writer waits for its decision.
         assert fsync.entered.wait(_BOUND)
-        assert _until(lambda: engine.log.stats().appends == 16)
+        assert _until(lambda: engine.log.stats().appends == 32)  # 16 first appends, then these 16
         assert engine._projector.deliveries.tickets == 16
         fsync.release.set()
         for thread in threads:

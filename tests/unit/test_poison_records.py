@@ -84,6 +84,7 @@ def test_a_record_with_an_unrepresentable_time_is_poison_everywhere(tmp_path: Pa
     with HistoryEngine.open(data) as eng:
         assert snapshot(eng) == expected
     shutil.copytree(data / "log", tmp_path / "copy" / "log")
+    shutil.copytree(data / "keys", tmp_path / "copy" / "keys")  # the log's content is sealed under these
     with HistoryEngine.open(tmp_path / "copy") as eng:
         eng.register(Tape())
         assert snapshot(eng) == expected

@@ -67,9 +67,13 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.meta_key("format") == keys.FORMAT_KEY == b"mformat"
     assert keys.IDENTITY_KEY == b"midentity"
     assert keys.checkpoint_value(7) == (7).to_bytes(8, "big")
-    stats = keys.Stats(1, 2, 3, 4, 5, 6, 7)
-    assert keys.checkpoint_value(7, stats) == b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7))
+    stats = keys.Stats(1, 2, 3, 4, 5, 6, 7, 8, 9)
+    assert keys.checkpoint_value(7, stats) == b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7, 8, 9))
     assert keys.read_checkpoint_stats(keys.checkpoint_value(7, stats)) == stats
+    # A row written before cleared/erased were counted (7 counters) still reads, with those at 0.
+    old_row = b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7))
+    assert keys.read_checkpoint_stats(old_row) == keys.Stats(1, 2, 3, 4, 5, 6, 7, 0, 0)
+    assert keys.erasing_key(c) == b"Econv"
     assert keys.read_checkpoint_stats(None) == keys.read_checkpoint_stats(keys.checkpoint_value(7)) == keys.Stats()
     m, n, s = keys.message_keys(c)
     assert (m + ord8, n + ord8, s + ord8) == (keys.message_key(c, 3), keys.source_key(c, 3), keys.system_key(c, 3))
