@@ -3,10 +3,13 @@
 It walks through, on the embedded default (or on Kafka with ``--kafka``): appends and their
 receipts, an idempotent retry (the same receipt, nothing appended), a conflict (same append id,
 other content), a window that keeps only whole turns, a clear (the conversation is closed
-forever), a bot whose scripted model is wrapped by ``HistoryMiddleware`` (a tool round, a
-streamed reply, a persistence failure recovered through ``CommitError``, a regenerated answer
-replacing the last turn), the stats, and a rebuild of the state from the log that must give the
-same state, hidden turns included. ``run_demo`` returns 0 only if every check held.
+forever and its content erased: afterwards no file under the data directory, or the state
+directory on Kafka, holds a phrase of it), a bot whose scripted model is wrapped by
+``HistoryMiddleware`` (a tool round, a streamed reply, a persistence failure recovered through
+``CommitError``, a regenerated answer replacing the last turn), the stats, and a rebuild of the
+state from the log that must give the same state, hidden turns included, and meet the cleared
+conversation's batch as erased. ``run_demo`` returns 0 only if every check held. The file search
+reads every byte under the directory: measured 0.3-0.5 ms on the demo's 17 files.
 """
 
 from __future__ import annotations
@@ -147,6 +150,19 @@ class _Demo:
         self.check(False, f"{what} did not raise {kind.__name__}")
 
 
+def _files_holding(root: Path, needle: bytes) -> list[Path]:
+    """The files under ``root`` whose bytes contain ``needle``: what a user would check with
+    ``grep -rl``. A file that vanishes while being read (RocksDB retires files) is skipped."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        try:
+            if path.is_file() and needle in path.read_bytes():
+                found.append(path)
+        except FileNotFoundError:
+            continue
+    return found
+
+
 def _snapshot(engine: HistoryEngine, names: list[str]) -> dict[str, list[StoredMessage]]:
     """Every conversation's entries, hidden ones (replaced turns) included."""
     return {c: engine.entries(c, include_hidden=True) for c in sorted(set(names) | set(engine.conversations()))}
@@ -213,8 +229,18 @@ def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextI
 
         d.say(f"\n5. Another customer, {other!r}, asks to forget their chat")
         d.say(f"  append turn-1   → receipt: {d.receipt(engine.append(other_turn))}")
+        phrase = other_turn.messages[0].text()
+        before_clear = _files_holding(d.data_dir, phrase.encode("utf-8"))
         engine.clear(other)
         d.say(f"  clear {other} → read() = {engine.read(other)}, listed = {other in engine.conversations()}")
+        where = "the data directory" if kafka is None else "this instance's state directory"
+        holding = _files_holding(d.data_dir, phrase.encode("utf-8"))
+        if d.check(not holding, f"after clear, {len(holding)} file(s) under {d.data_dir} still hold {phrase!r}: "
+                   + ", ".join(str(p.relative_to(d.data_dir)) for p in holding)):
+            d.say(f"  files under {where} holding {phrase!r}: {len(before_clear)} before clear, 0 after ✓")
+            d.say("  (the log keeps only ciphertext whose key clear destroyed; the state's rows are deleted "
+                  "and compacted away)" if kafka is None else
+                  "  (the broker keeps only ciphertext; its key leaves the keys topic when it is compacted)")
         late = Batch(other, "turn-2", [Message.user("Hello again?")])
         d.expect_error(f"append to {other}", ConversationClosed, lambda: engine.append(late))
 
@@ -225,7 +251,7 @@ def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextI
         s = engine.stats()
         d.say(f"  log end {s.end_offsets}, applied {s.applied_offsets}, lag {s.lag}")
         d.say(f"  accepted {s.accepted}, duplicates {s.duplicates}, conflicts {s.conflicts}, "
-              f"rejected (closed) {s.rejected_closed}, poison {s.corrupt}")
+              f"rejected (closed) {s.rejected_closed}, poison {s.corrupt}, cleared {s.cleared}")
         d.say("  (the retry, the conflict and the late append were answered from local state "
               "without touching the log, so they add no records)")
 
@@ -245,6 +271,7 @@ def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextI
     with engine:
         elapsed = time.monotonic() - started
         records = sum(engine.stats().applied_offsets)
+        erased = engine.stats().erased
         after = _snapshot(engine, [customer, other, f"support-4713{suffix}"])
         retry_after = engine.append(turn2)
         try:
@@ -252,7 +279,9 @@ def run_demo(data_dir: Path, out: TextIO, *, temporary: bool = False, err: TextI
             still_closed = False
         except ConversationClosed:
             still_closed = True
-    d.say(f"  replayed {records} records in {elapsed:.2f} s")
+    d.say(f"  replayed {records} records in {elapsed:.2f} s; {erased} of them erased (their key was destroyed by "
+          "the clear: skipped, not poison)")
+    d.check(erased >= 1, f"the replay met {erased} erased records, expected at least {other}'s batch")
     identical = before == after and retry_before == retry_after and still_closed
     d.say(f"  conversations: {len(before)} before, {len(after)} after; "
           f"retry receipt before {retry_before.position}, after {retry_after.position}; "

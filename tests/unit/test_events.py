@@ -37,10 +37,12 @@ from schemas.events import (
     decode_event,
     encode_event,
     fingerprint_of,
+    open_event,
     register_writer_schema,
     schema_fingerprint,
 )
 from schemas.ids import ConversationID
+from schemas.sealed import SEALED_BATCH, SEALED_REPLACED, DataKey, Sealed
 from schemas.times import MAX_TIME_MS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -153,6 +155,10 @@ def load_golden(name: str) -> tuple[Event, bytes]:
            "TurnReplaced": TurnReplaced}[spec["type"]]
     if "messages" in fields:
         fields["messages"] = fields["messages"].encode("utf-8")
+    if "sealed" in fields:  # the sealed fixtures: binary fields in hex
+        raw = fields["sealed"]
+        fields["sealed"] = Sealed(raw["key_id"], bytes.fromhex(raw["nonce"]), bytes.fromhex(raw["ciphertext"]),
+                                  bytes.fromhex(raw["mac"]))
     event: Event = cls(**fields)
     return event, parse_hex_dump((GOLDEN / f"{name}.hex").read_text(encoding="utf-8"))
 
@@ -251,7 +257,13 @@ def test_encoding_a_non_event_is_a_type_error() -> None:
 # --------------------------------------------------------------------------- the format, pinned
 
 
-@pytest.mark.parametrize("name", ["batch_appended", "conversation_cleared", "turn_replaced"])
+SEALED_GOLDENS = {"batch_appended_v3": "batch_appended", "turn_replaced_v2": "turn_replaced"}
+"""The sealed fixtures and the plain fixture whose event each one seals."""
+WRITTEN_GOLDENS = ["batch_appended", "conversation_cleared", "turn_replaced", *SEALED_GOLDENS]
+"""Every fixture today's writer produces byte for byte (plain records keep the pre-sealing schemas)."""
+
+
+@pytest.mark.parametrize("name", WRITTEN_GOLDENS)
 def test_golden_event_encodes_to_the_golden_bytes(name: str) -> None:
     event, golden = load_golden(name)
     assert encode_event(event) == golden, (
@@ -259,10 +271,77 @@ def test_golden_event_encodes_to_the_golden_bytes(name: str) -> None:
     )
 
 
-@pytest.mark.parametrize("name", ["batch_appended", "conversation_cleared", "turn_replaced", "batch_appended_v1"])
+@pytest.mark.parametrize("name", [*WRITTEN_GOLDENS, "batch_appended_v1"])
 def test_golden_bytes_decode_to_the_golden_event(name: str) -> None:
     event, golden = load_golden(name)
     assert decode_event(golden) == event
+
+
+@pytest.mark.parametrize("name", ["batch_appended", "batch_appended_v1", "turn_replaced"])
+def test_plain_goldens_still_decode_as_plain_records(name: str) -> None:
+    """Logs written before sealing replay unchanged: their records decode with ``sealed`` None and
+    their digest and messages as written, with the plain fingerprints they were written with."""
+    event, golden = load_golden(name)
+    decoded = decode_event(golden)
+    assert isinstance(decoded, (BatchAppended, TurnReplaced)) and isinstance(event, (BatchAppended, TurnReplaced))
+    assert decoded.sealed is None and decoded.messages == event.messages and decoded.digest == event.digest
+    assert golden[2:HEADER_SIZE].hex() in (PINNED_PLAIN[type(decoded).__name__], PINNED_V1_BATCH)
+
+
+def _golden_key(name: str) -> tuple[DataKey, bytes]:
+    spec = json.loads((GOLDEN / f"{name}.json").read_text(encoding="utf-8"))
+    return DataKey(spec["key"]["key_id"], bytes.fromhex(spec["key"]["secret"])), spec["content"].encode("utf-8")
+
+
+@pytest.mark.parametrize("name", sorted(SEALED_GOLDENS))
+def test_sealed_golden_opens_to_its_content(name: str) -> None:
+    """The sealed fixture, opened with its fixture key, is the plain fixture's event: the same
+    content, its sha256 digest, every plaintext field equal. Its bytes carry no plaintext."""
+    key, content = _golden_key(name)
+    _, golden = load_golden(name)
+    decoded = decode_event(golden)
+    assert isinstance(decoded, (BatchAppended, TurnReplaced)) and decoded.sealed is not None
+    assert decoded.digest == "" and decoded.messages == b"" and decoded.sealed.key_id == key.key_id
+    assert golden[2:HEADER_SIZE].hex() == PINNED[type(decoded).__name__]
+    opened = open_event(decoded, key)
+    plain, _ = load_golden(SEALED_GOLDENS[name])
+    assert opened.messages == content and opened == plain
+    assert content not in golden and plain.digest.encode() not in golden
+    assert plain.digest.removeprefix("sha256:").encode() not in golden
+
+
+@pytest.mark.parametrize("name", sorted(SEALED_GOLDENS))
+def test_sealed_golden_is_the_documented_construction(name: str) -> None:
+    """Rebuilt here from the primitives as docs/events.md "Sealed content" states them (HKDF-SHA256
+    without salt, AES-256-GCM with the length-prefixed associated data, HMAC-SHA256), independently
+    of schemas/sealed.py: the fixture's ciphertext and MAC, byte for byte."""
+    import hashlib
+    import hmac
+    import struct
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+    key, content = _golden_key(name)
+    event, _ = load_golden(name)
+    assert isinstance(event, (BatchAppended, TurnReplaced)) and event.sealed is not None
+
+    def hkdf(info: bytes) -> bytes:
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(key.secret)
+
+    def field(text: str) -> bytes:
+        return struct.pack(">I", len(text.encode())) + text.encode()
+
+    record = SEALED_BATCH if isinstance(event, BatchAppended) else SEALED_REPLACED
+    assert record == ("histlog.events.BatchAppended/3" if isinstance(event, BatchAppended)
+                      else "histlog.events.TurnReplaced/2")
+    ad = b"histlog sealed v1" + field(record) + field(event.conversation_id) + field(event.append_id) + field(
+        key.key_id)
+    enc = AESGCM(hkdf(b"histlog data key v1: aes-256-gcm"))
+    assert enc.encrypt(event.sealed.nonce, content, ad) == event.sealed.ciphertext
+    mac = hmac.new(hkdf(b"histlog data key v1: hmac-sha256"), content, hashlib.sha256).digest()
+    assert mac == event.sealed.mac
 
 
 def test_an_old_version_1_batch_still_decodes_without_a_precondition() -> None:
@@ -312,9 +391,9 @@ def test_fingerprints_are_crc64_avro_of_the_parsing_canonical_form() -> None:
 def test_docs_show_the_golden_hex_dumps_and_fingerprints() -> None:
     text = DOCS.read_text(encoding="utf-8")
     blocks = {parse_hex_dump(b) for b in re.findall(r"```hexdump\n(.*?)```", text, flags=re.S)}
-    for name in ("batch_appended", "conversation_cleared", "turn_replaced"):
+    for name in WRITTEN_GOLDENS:
         assert load_golden(name)[1] in blocks, f"docs/events.md lacks the {name} worked example"
-    for hexprint in PINNED.values():
+    for hexprint in [*PINNED.values(), *PINNED_PLAIN.values(), PINNED_V1_BATCH]:
         assert hexprint in text
 
 
