@@ -21,6 +21,13 @@ Promises:
   ``event_batch`` checks the ``messages`` bytes of a decoded event against its digest, count and
   sizes. Together they decide, from the record's bytes alone, whether it is poison, so every
   value that reaches the projections fits their fixed-width rows.
+* **Sealed content** (docs/events.md "Sealed content"): ``BatchAppended`` v3 and ``TurnReplaced``
+  v2 carry either the plain form (``digest`` + ``messages``) or ``sealed`` (AES-256-GCM under the
+  conversation's data key, ``schemas.sealed``) with ``digest`` ``""`` and no ``messages``; a
+  sealed record is written with the current schemas, a plain one with the plain schemas of
+  every release before sealing (byte for byte what they wrote, so their readers still read
+  it). ``seal_event`` / ``open_event`` are the one place content is sealed and opened; the
+  codec never sees a key store.
 * Writers refuse an unrepresentable time before any I/O: ``BatchAppended.of``,
   ``TurnReplaced.of`` and ``encode_event`` raise ``InvalidConfiguration``.
 * ``encode_event`` is deterministic: equal events give equal bytes (pinned by golden tests;

@@ -1,6 +1,6 @@
 """Sealing an event's content: AES-256-GCM under a per-conversation data key, and a keyed MAC.
 
-The one home of the sealed-content wire format (``docs/erasure.md`` §1). Pure: no
+The one home of the sealed-content wire format (``docs/events.md`` "Sealed content"). Pure: no
 I/O; randomness comes from ``os.urandom`` only (nonces, new keys).
 
 **Keys.** A *data key* is one 32-byte random secret named by a *key id* (32 lowercase hex

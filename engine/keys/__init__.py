@@ -6,23 +6,16 @@
 * ``MasterKey`` (``master``): optional wrapping of data keys at rest, its file format and
   ``HISTLOG_MASTER_KEY_FILE``.
 
-Wiring plan (the next slice; nothing here is called by the engine yet):
+How the engine uses them (docs/erasure.md):
 
 1. ``HistoryEngine.open`` builds the store beside the log (``FileKeyStore(path / "keys")`` or
    ``KafkaKeyStore(bootstrap, topic + ".keys")``) with ``master_key_from(master_key_file)``.
-2. Write path: ``key = store.create(c)`` (cached per conversation), then ``seal`` the batch's
-   canonical JSON (``schemas.sealed``) into a ``BatchAppended`` v3 / ``TurnReplaced`` v2 event
-   (``events.py`` makes the .v3/.v2 files current and keeps today's as historic writers).
-3. Projector: ``open_sealed(store.get(c, key_id), ...)`` gives the canonical bytes, then
-   ``event_batch`` as today. ``KeyErased`` -> the record is erased (counted, shown as erased by
-   ``tail`` / ``log verify``, the conversation treated as closed); ``DecryptionFailed`` -> poison.
-4. Admission: a receipt stores ``(key_id, mac)`` instead of the digest; a retry with the same
-   (c, a) is a duplicate iff ``store.get(c, receipt.key_id).mac(decrypted bytes) == receipt.mac``
-   (so a racing instance's other key id still compares content, never key ids). Plain v1/v2
-   receipts keep comparing digests.
-5. ``clear``: append ``ConversationCleared`` -> ``store.destroy(c)`` -> delete the conversation's
-   rows in every projection, ``compact_range`` over its prefix, flush and rotate the WAL -> return.
-   A crash in between leaves it closed; the next ``clear`` or open finishes (destroy is idempotent).
+2. Writes (``engine.writes``): ``key = store.create(c)`` (``KeyErased``: the conversation is
+   closed), then ``schemas.events.seal_event``.
+3. The projector (``projections.erasure.open_content``) opens sealed content with
+   ``store.get(c, key_id)``: ``KeyErased`` -> the record is erased, ``DecryptionFailed`` -> poison.
+4. ``clear``: after the step that closes the conversation, ``projections.erasure.complete`` calls
+   ``store.destroy(c)``, then compacts the conversation's rows out of the state.
 """
 
 from engine.keys.base import KeyStore
