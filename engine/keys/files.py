@@ -18,7 +18,9 @@ sequence of frames ``u32 length | u32 CRC32C | record`` (``engine.keys.record``)
   rewritten: reopening completes the erasure.
 
 ``FileKeyStore(path, read_only=True)`` inspects a store another process holds (``histlog log
-verify`` beside a server): no lock, no write of any kind.
+verify`` beside a server): no lock, no write of any kind. ``rotate_master_key`` rewrites every
+bucket under another master key with the engine stopped (``histlog keys rotate``; docs/erasure.md
+§3): every record is read first, then each bucket goes through ``.tmp`` + fsync + rename.
 
 Why files and not a RocksDB: a RocksDB delete leaves the key in the WAL and in SST files until a
 flush, a compaction of its range and the purge of obsolete files have all run, which this store
@@ -35,15 +37,16 @@ import logging
 import os
 import threading
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from engine.keys.master import MasterKey
 from engine.keys.record import FRAME_HEADER, MAX_FRAME, KeyRecord, decode_record, encode_record, frame, unframe
-from schemas.errors import KeyErased, KeyStoreDamaged, StateUnavailable
+from schemas.errors import InvalidConfiguration, KeyErased, KeyStoreDamaged, StateUnavailable
 from schemas.sealed import DataKey
 
-__all__ = ["BUCKETS", "FileKeyStore", "bucket_of", "read_frames"]
+__all__ = ["BUCKETS", "FileKeyStore", "Rotation", "bucket_of", "read_frames", "rotate_master_key"]
 
 log = logging.getLogger(__name__)
 
@@ -297,3 +300,90 @@ class FileKeyStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+# --------------------------------------------------------------------------- master key rotation
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """What ``rotate_master_key`` did: data keys rewritten, erasure markers kept, bucket files
+    rewritten, and the keys of erased conversations it dropped (a destroy a crash cut short)."""
+
+    keys: int
+    markers: int
+    buckets: int
+    dropped: int
+
+
+def rotate_master_key(path: Path, old: MasterKey | None, new: MasterKey | None) -> Rotation:
+    """Rewrite every data key record of the store in ``path`` under master key ``new`` (``None``:
+    unwrapped, wrap 0), reading them with ``old`` (``None``: the store has only unwrapped
+    records). Records already under ``new`` are read with it, so running it again after a crash
+    finishes the rotation. When it returns, no record is wrapped by ``old``: ``old`` opens
+    nothing here.
+
+    The engine must be stopped: it takes the store's ``LOCK`` (``StateUnavailable`` while an
+    engine holds it). Every record is read and unwrapped *before* anything is written, so a wrong
+    ``old`` key fails (``KeyStoreDamaged`` naming the master key id the records need) with the
+    store unchanged. Then each bucket is written to ``b-XX.keys.tmp``, fsynced, renamed over the
+    bucket and the directory fsynced: a crash leaves every bucket whole, under the old or the new
+    key (rerun the same command). Erasure markers are kept as they are; keys of an erased
+    conversation (a destroy cut short) are dropped, as opening would; a torn tail is dropped.
+    """
+    path = Path(path)
+    if not (path / "LOCK").exists() and not any(path.glob("b-*.keys")):
+        raise InvalidConfiguration(f"no key store at {path}: expected a histlog data dir's keys/ directory")
+    if old is not None and new is not None and old.key_id == new.key_id:
+        raise InvalidConfiguration(f"the new master key is the old one ({old.key_id.hex()}): give another "
+                                   "(histlog keygen FILE)")
+    fd = _lock(path)
+    try:
+        for tmp in path.glob("*.tmp"):
+            tmp.unlink()  # a rotation or destroy that did not reach its rename
+        plans: list[tuple[Path, bytes]] = []
+        keys = markers = dropped = 0
+        for b in range(BUCKETS):
+            bucket = path / f"b-{b:02x}.keys"
+            if not bucket.exists():
+                continue
+            frames, _ = read_frames(bucket)
+            records = [_decode_either(body, old, new, where=f"{bucket}@{pos}") for pos, _, body in frames]
+            erased = {r.conversation_id for r in records if r.key is None}
+            out: list[bytes] = []
+            for r in records:
+                if r.key is not None and r.conversation_id in erased:
+                    dropped += 1
+                    continue
+                keys += r.key is not None
+                markers += r.key is None
+                out.append(frame(encode_record(r.conversation_id, r.key, new)))
+            plans.append((bucket, b"".join(out)))
+        for bucket, data in plans:
+            tmp = bucket.with_name(bucket.name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, bucket)
+            _fsync_dir(path)
+    except OSError as exc:
+        raise StateUnavailable(f"cannot rewrite the key store {path}: {exc.strerror}; fix it and run the "
+                               "rotation again (every bucket is whole, under the old or the new key)") from None
+    finally:
+        os.close(fd)
+    return Rotation(keys, markers, len(plans), dropped)
+
+
+def _decode_either(body: bytes, old: MasterKey | None, new: MasterKey | None, *, where: str) -> KeyRecord:
+    """The record read with ``old``, or with ``new`` when an interrupted rotation already
+    rewrapped it; the error of ``old`` (naming the master key id needed) when neither opens it."""
+    try:
+        return decode_record(body, old, where=where)
+    except KeyStoreDamaged:
+        if new is None:
+            raise
+        try:
+            return decode_record(body, new, where=where)
+        except KeyStoreDamaged:
+            pass
+        raise
