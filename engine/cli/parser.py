@@ -201,9 +201,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("log", None, "tools for the log itself (log verify)")
     log_sub = p.add_subparsers(dest="log_command", metavar="LOG_COMMAND", parser_class=_Parser, required=True)
-    command("verify", cmd_log_verify, "check every segment of the embedded file log without changing it",
-            "Walk every segment of the embedded file log read-only and print the report: exit 0 when clean, "
-            "1 when damage is found.", into=log_sub)
+    p = command("verify", cmd_log_verify, "check every segment of the embedded file log without changing it",
+                "Walk every segment of the embedded file log read-only and print the report, then count its "
+                "records: plain, sealed (opened with DATA/keys read-only, beside a running server too), erased "
+                "(their key destroyed by clear), clear, poison, missing key. Exit 0 when clean, 1 when damage "
+                "is found or a sealed record's key is missing from the key store.", into=log_sub)
+    p.add_argument("--frames-only", action="store_true",
+                   help="check frames and offsets only; do not decode records (several times faster)")
 
     p = command("keygen", cmd_keygen, "write a new master key file (mode 0600, never overwrites)",
                 "Write FILE with a new random 32-byte master key (mode 0600; refused if FILE exists) and print "

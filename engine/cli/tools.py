@@ -96,11 +96,13 @@ def cmd_log_verify(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     if evidence is None:
         report.evidence_note = note
     print_lines(out, report.summary())
-    counts, keys_note, missing = _count_records(log_dir, report.partitions, target.data / "keys")
-    print_lines(out, "  records: " + ", ".join(f"{counts[s]} {s}" for s in _SHOWN) + f" ({keys_note})",
-                *(f"  {line}" for line in missing[:_LISTED]))
-    if len(missing) > _LISTED:
-        print_lines(out, f"  ... and {len(missing) - _LISTED} more")
+    counts: dict[RecordStatus, int] = dict.fromkeys(_SHOWN, 0)
+    if not ns.frames_only:
+        counts, keys_note, listed = _count_records(log_dir, report.partitions, target.data / "keys")
+        print_lines(out, "  records: " + ", ".join(f"{counts[s]} {s}" for s in _SHOWN) + f" ({keys_note})",
+                    *(f"  {line}" for line in listed[:_LISTED]))
+        if len(listed) > _LISTED:
+            print_lines(out, f"  ... and {len(listed) - _LISTED} more")
     if not report.clean:
         kinds = {p.kind for p in report.problems}
         hint = ("opening the log repairs it (a torn tail is cut: those records were never acknowledged; an "
@@ -121,8 +123,10 @@ _LISTED = 10
 
 def _count_records(log_dir: Path, partitions: int, keys_dir: Path) -> tuple[dict[RecordStatus, int], str, list[str]]:
     """Every intact record's ``record_status``, counted, and the position of each poison or
-    missing-key record; the key store is read read-only (no lock: a server may hold it), with the
-    master key of ``$HISTLOG_MASTER_KEY_FILE``. Without a readable key store sealed records are
+    missing-key record. The key store is read read-only (no lock: a server may hold it), with the
+    master key of ``$HISTLOG_MASTER_KEY_FILE``. Measured on this shared 2-core box (5000 sealed
+    records, 3 runs): 18-64 µs a record (Avro decode, then AES-GCM open), against 4-7 µs a
+    record for the frame walk before it: ``--frames-only`` skips this. Without a readable key store sealed records are
     counted as sealed, unopened, and the note says why."""
     keys: FileKeyStore | None = None
     if not keys_dir.is_dir():

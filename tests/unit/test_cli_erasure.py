@@ -120,6 +120,12 @@ def test_log_verify_counts_plain_sealed_erased_and_poison_records(capsys: Capsys
     assert files_of(data) == before, "verify wrote to the data dir"
 
 
+def test_log_verify_frames_only_skips_the_record_counts(capsys: Capsys, data: Path) -> None:
+    (data / "keys" / f"b-{bucket_of('s'):02x}.keys").unlink()  # a missing key is not looked for either
+    code, out, _ = run(capsys, "--data", str(data), "log", "verify", "--frames-only")
+    assert code == 0 and "6 records: clean" in out and "  records: " not in out and "sealed" not in out
+
+
 def test_log_verify_reads_the_keys_while_an_engine_holds_them(capsys: Capsys, data: Path) -> None:
     with HistoryEngine.open(data) as engine:
         with pytest.raises(StateUnavailable, match="in use by another process"):
