@@ -112,8 +112,8 @@ class FileKeyStore:
     def __init__(self, path: Path, *, master: MasterKey | None = None, read_only: bool = False) -> None:
         """Open (creating it if needed) the store in ``path``, holding its ``LOCK`` until ``close``.
 
-        ``read_only=True`` is for inspecting a store another process holds (``histlog tail`` and
-        ``log verify`` next to a running server): it takes no lock and never writes, creates,
+        ``read_only=True`` is for inspecting a store another process holds (``histlog log verify``
+        next to a running server): it takes no lock and never writes, creates,
         truncates, repairs or deletes anything (a torn tail is skipped, not cut; an interrupted
         destroy is not completed, its keys are just not loaded); ``create`` and ``destroy``
         raise ``StateUnavailable``. A key missing from memory is looked for again in its bucket
@@ -145,15 +145,17 @@ class FileKeyStore:
         return self._path / f"b-{b:02x}.keys"
 
     def _read_bucket(self, path: Path) -> list[tuple[bytes, KeyRecord]]:
-        """Every frame of a bucket with its record; truncates a torn tail (skips it when read-only)."""
+        """Every frame of a bucket with its record; then truncates a torn tail (skips it when
+        read-only): only once every record was read, so an open with a wrong master key changes nothing."""
         frames, torn_at = read_frames(path)
+        records = [(raw, decode_record(body, self._master, where=f"{path}@{pos}")) for pos, raw, body in frames]
         if torn_at is not None and not self._read_only:
             log.warning("key store %s: truncating a torn tail at byte %d (a create that never returned)",
                         path, torn_at)
             with open(path, "r+b") as f:
                 f.truncate(torn_at)
                 os.fsync(f.fileno())
-        return [(raw, decode_record(body, self._master, where=f"{path}@{pos}")) for pos, raw, body in frames]
+        return records
 
     def _load(self) -> None:
         if not self._read_only:
