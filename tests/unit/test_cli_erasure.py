@@ -17,7 +17,7 @@ import pytest
 
 from engine.cli import main
 from engine.facade import HistoryEngine
-from engine.keys import FileKeyStore
+from engine.keys import FileKeyStore, MasterKey
 from engine.keys.files import bucket_of
 from schemas.batch import Batch
 from schemas.errors import KeyErased, KeyStoreDamaged, StateUnavailable
@@ -210,3 +210,17 @@ def test_a_read_only_store_of_a_missing_directory_is_refused_and_not_created(tmp
     with pytest.raises(StateUnavailable, match="no key store"):
         FileKeyStore(tmp_path / "nowhere", read_only=True)
     assert not (tmp_path / "nowhere").exists()
+
+
+def test_opening_with_a_wrong_master_key_cuts_no_torn_tail(tmp_path: Path) -> None:
+    key_a, key_b = MasterKey(b"a" * 32), MasterKey(b"b" * 32)
+    path = tmp_path / "keys"
+    with FileKeyStore(path, master=key_a) as writer:
+        writer.create("c")
+    bucket = path / f"b-{bucket_of('c'):02x}.keys"
+    with open(bucket, "ab") as f:
+        f.write(b"\x00\x00\x00\x50torn")
+    before = bucket.read_bytes()
+    with pytest.raises(KeyStoreDamaged, match=key_a.key_id.hex()):
+        FileKeyStore(path, master=key_b)
+    assert bucket.read_bytes() == before
