@@ -660,6 +660,12 @@ class HistoryEngine:
         """The underlying log (for tools: tail, verify, benchmarks)."""
         return self._log
 
+    @property
+    def keys(self) -> KeyStore | None:
+        """The key store sealed content is opened with (None: an engine built without one), for
+        tools that show sealed records (``histlog tail``): read it, never create or destroy."""
+        return self._keys
+
     # -- accepted events -------------------------------------------------------------------------
     def subscribe(self, *, buffer: int = DEFAULT_BUFFER) -> Subscription:
         """A thread-safe iterator of the events this instance accepts from now on: ``BatchEvent``,

@@ -10,19 +10,20 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TextIO
+from typing import Literal, TextIO
 
 import orjson
 
+from engine.keys.base import KeyStore
 from engine.log.base import Record
 from schemas.batch import StoredMessage
-from schemas.errors import HistoryError
-from schemas.events import BatchAppended, TurnReplaced, decode_event
+from schemas.errors import CorruptLog, HistoryError, KeyErased, KeyStoreDamaged
+from schemas.events import BatchAppended, ConversationCleared, Event, TurnReplaced, decode_event, open_event
 from schemas.messages import MediaPart, Message, Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from schemas.times import MAX_TIME_MS, MIN_TIME_MS, iso_time, time_of
 
-__all__ = ["ProgressBar", "entry_line", "json_text", "one_line", "print_lines", "record_line",
-           "render_message"]
+__all__ = ["ProgressBar", "RecordStatus", "entry_line", "json_text", "one_line", "print_lines", "record_line",
+           "record_status", "render_message"]
 
 
 def one_line(text: str) -> str:
@@ -82,28 +83,73 @@ def json_text(tree: object) -> str:
 # --------------------------------------------------------------------------- log records
 
 
-def record_line(record: Record) -> str:
-    """``PARTITION:OFFSET  TIME  append|replace|clear|poison  ...``: one log record, decoded."""
+RecordStatus = Literal["plain", "sealed", "erased", "missing key", "poison", "clear"]
+"""What a log record is to a reader: a plain or a sealed event (opened under its key), a sealed
+event whose key ``clear`` destroyed (*erased*: on purpose, never poison), a sealed event whose key
+the key store lacks for a conversation never erased (a lost or foreign key store), poison
+(undecodable, or sealed content that does not open), or a clear."""
+
+
+def record_status(value: bytes, keys: KeyStore | None) -> tuple[RecordStatus, Event | None, str]:
+    """``(status, event, why)`` of one record's value (``event`` None for undecodable bytes; ``why``
+    the poison reason or the key store's answer). A sealed record is opened under its key (the
+    content is checked, never returned): one AES-GCM pass over it. Without ``keys`` a sealed
+    record is ``sealed``, unchecked."""
+    try:
+        event = decode_event(value)
+    except HistoryError as exc:
+        return "poison", None, one_line(str(exc))
+    if isinstance(event, ConversationCleared):
+        return "clear", event, ""
+    if event.sealed is None:
+        return "plain", event, ""
+    if keys is None:
+        return "sealed", event, ""
+    try:
+        open_event(event, keys.get(event.conversation_id, event.sealed.key_id))
+    except KeyErased:
+        return "erased", event, ""
+    except KeyStoreDamaged as exc:
+        return "missing key", event, one_line(str(exc))
+    except CorruptLog as exc:  # DecryptionFailed: a changed byte, a moved record, the wrong key
+        return "poison", event, one_line(str(exc))
+    return "sealed", event, ""
+
+
+def record_line(record: Record, keys: KeyStore | None = None) -> str:
+    """``PARTITION:OFFSET  TIME  append|replace|clear|poison  ...``: one log record, decoded.
+
+    A plain event shows its digest; a sealed one ``sealed KEYID…`` (the first 8 hex digits of its
+    key id) and its sizes, never its content (``keys``: checked to open, see ``record_status``);
+    one whose key was destroyed ``erased``; one whose key the store lacks ``sealed ... key
+    missing``; poison its reason."""
     if MIN_TIME_MS <= record.timestamp_ms <= MAX_TIME_MS:  # a producer may stamp any 64-bit value
         when = iso_time(time_of(record.timestamp_ms))
     else:
         when = f"(time {record.timestamp_ms} ms)"
     head = f"{record.partition}:{record.offset}  {when}"
-    try:
-        event = decode_event(record.value)
-    except HistoryError as exc:
-        return f"{head}  poison  {one_line(str(exc))}"
-    if isinstance(event, BatchAppended | TurnReplaced):
-        n = event.message_count
-        what = "append" if isinstance(event, BatchAppended) else "replace"
-        extra = ""
-        if isinstance(event, TurnReplaced):
-            extra = f"  ({event.reason} of turn {event.old_turn_id})"
-        elif event.expected_last is not None:
-            extra = f"  (if last is {event.expected_last or 'none'})"
-        return (f"{head}  {what}  {event.conversation_id}  {event.append_id}  "
-                f"{n} message{'s' if n != 1 else ''}  {event.digest[:19]}…{extra}")
-    return f"{head}  clear   {event.conversation_id}"
+    status, event, why = record_status(record.value, keys)
+    if status == "poison":
+        return f"{head}  poison  {why}"
+    if not isinstance(event, BatchAppended | TurnReplaced):
+        return f"{head}  clear   {event.conversation_id if event is not None else ''}"
+    n = event.message_count
+    what = "append" if isinstance(event, BatchAppended) else "replace"
+    extra = ""
+    if isinstance(event, TurnReplaced):
+        extra = f"  ({event.reason} of turn {event.old_turn_id})"
+    elif event.expected_last is not None:
+        extra = f"  (if last is {event.expected_last or 'none'})"
+    if event.sealed is None:
+        content = f"{event.digest[:19]}…"
+    else:
+        sizes = f"{event.content_bytes} content bytes, {len(event.sealed.ciphertext)} sealed"
+        key = f"key {event.sealed.key_id[:8]}…"
+        content = {"sealed": f"sealed  {key}  {sizes}",
+                   "erased": f"erased  {key} destroyed  {sizes}",
+                   "missing key": f"sealed  {key} not in the key store  {sizes}"}[status]
+    return (f"{head}  {what}  {event.conversation_id}  {event.append_id}  "
+            f"{n} message{'s' if n != 1 else ''}  {content}{extra}")
 
 
 # --------------------------------------------------------------------------- progress bar

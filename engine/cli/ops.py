@@ -1,5 +1,8 @@
 """The commands that watch or rebuild the whole store: ``stats``, ``tail`` (the last records of
-the log, or following what this instance applies) and ``rebuild``."""
+the log, or following what this instance applies) and ``rebuild``.
+
+``tail --no-follow`` shows sealed records by key id and sizes, erased ones as ``erased``, never
+their content (``engine.render.record_line`` with the engine's key store)."""
 
 from __future__ import annotations
 
@@ -84,7 +87,7 @@ def cmd_tail(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
         raise UsageError(f"invalid --lines {ns.lines}: expected a number >= 0")
     with target.open() as engine:
         if not ns.follow:
-            print_lines(out, *(record_line(r) for r in engine.log.last_records(ns.lines)))
+            print_lines(out, *(record_line(r, engine.keys) for r in engine.log.last_records(ns.lines)))
             return OK
         def following() -> None:
             print(f"histlog: following {target.describe()} (Ctrl-C to stop)", file=sys.stderr, flush=True)

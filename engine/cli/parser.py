@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 from engine.cli.cluster import cmd_cluster
 from engine.cli.exits import UsageError
-from engine.cli.keys import cmd_keygen
+from engine.cli.keys import cmd_keygen, cmd_keys_rotate
 from engine.cli.ops import cmd_rebuild, cmd_stats, cmd_tail
 from engine.cli.reads import cmd_list, cmd_locate, cmd_read, cmd_turns
 from engine.cli.serve import add_serve, cmd_serve
@@ -201,16 +201,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("log", None, "tools for the log itself (log verify)")
     log_sub = p.add_subparsers(dest="log_command", metavar="LOG_COMMAND", parser_class=_Parser, required=True)
-    command("verify", cmd_log_verify, "check every segment of the embedded file log without changing it",
-            "Walk every segment of the embedded file log read-only and print the report: exit 0 when clean, "
-            "1 when damage is found.", into=log_sub)
+    p = command("verify", cmd_log_verify, "check every segment of the embedded file log without changing it",
+                "Walk every segment of the embedded file log read-only and print the report, then count its "
+                "records: plain, sealed (opened with DATA/keys read-only, beside a running server too), erased "
+                "(their key destroyed by clear), clear, poison, missing key. Exit 0 when clean, 1 when damage "
+                "is found or a sealed record's key is missing from the key store.", into=log_sub)
+    p.add_argument("--frames-only", action="store_true",
+                   help="check frames and offsets only; do not decode records (several times faster)")
 
     p = command("keygen", cmd_keygen, "write a new master key file (mode 0600, never overwrites)",
                 "Write FILE with a new random 32-byte master key (mode 0600; refused if FILE exists) and print "
-                "its id. It wraps the data keys of sealed content at rest (engine.keys; the engine does not "
-                "seal content yet: docs/erasure.md, Status). Back the file up apart from the data: without "
+                "its id. It wraps the data keys of sealed content at rest: open with master_key_file= or set "
+                "HISTLOG_MASTER_KEY_FILE (docs/erasure.md). Back the file up apart from the data: without "
                 "it the keys it wraps, and so the history, cannot be read.")
     p.add_argument("file", metavar="FILE")
+
+    p = command("keys", None, "tools for the key store (keys rotate)")
+    keys_sub = p.add_subparsers(dest="keys_command", metavar="KEYS_COMMAND", parser_class=_Parser, required=True)
+    p = command("rotate", cmd_keys_rotate, "rewrap the embedded key store under another master key",
+                "Rewrite every data key record of DATA/keys under the master key --new-key FILE (or unwrapped, "
+                "--unwrap), reading them with --old-key FILE (leave it out when the store is unwrapped: this "
+                "also wraps an unwrapped store). Stop the engine first: it takes the key store's lock. Every "
+                "record is read before any is written (a wrong --old-key changes nothing and names the master "
+                "key id needed); each bucket file is replaced by an fsynced rename, so after a crash run the "
+                "same command again. Afterwards the old master key opens nothing: open the engine with "
+                "HISTLOG_MASTER_KEY_FILE=NEW. The Kafka keys topic cannot be rotated yet (docs/erasure.md §3).",
+                into=keys_sub)
+    p.add_argument("--old-key", metavar="FILE", help="the master key file the records are wrapped by now")
+    new_key = p.add_mutually_exclusive_group()
+    new_key.add_argument("--new-key", metavar="FILE", help="the master key file to wrap them by (histlog keygen)")
+    new_key.add_argument("--unwrap", action="store_true", help="store the data keys unwrapped (no master key)")
 
     p = command("serve", cmd_serve, "serve the history over HTTP (docs/service.md)",
                 "Serve this history over HTTP/1.1 + JSON (docs/service.md): prints listening=http://HOST:PORT "

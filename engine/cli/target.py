@@ -97,6 +97,8 @@ LOCAL: dict[str, str] = {
             "conversation over HTTP with `curl -N URL/v1/conversations/C/events`",
     "bench": "bench measures local engines and starts its own servers: run `histlog bench` without --url",
     "serve": "serve runs a server on --data DIR or --kafka: drop --url",
+    "keys rotate": "keys rotate rewraps the key store's files: run `histlog --data DIR keys rotate ...` where "
+                   "the server's data dir is, with the server stopped",
 }
 """The commands that need the history's files or an engine in this process, and what to run
 instead when ``--url`` names a server."""

@@ -16,13 +16,16 @@ How the engine uses them (docs/erasure.md):
    ``store.get(c, key_id)``: ``KeyErased`` -> the record is erased, ``DecryptionFailed`` -> poison.
 4. ``clear``: after the step that closes the conversation, ``projections.erasure.complete`` calls
    ``store.destroy(c)``, then compacts the conversation's rows out of the state.
+
+Tools: ``FileKeyStore(path, read_only=True)`` (inspect a store a server holds) and
+``rotate_master_key`` (``histlog keys rotate``).
 """
 
 from engine.keys.base import KeyStore
-from engine.keys.files import FileKeyStore
+from engine.keys.files import FileKeyStore, rotate_master_key
 from engine.keys.kafka import KafkaKeyStore
 from engine.keys.kafka_topic import keys_topic_of
 from engine.keys.master import ENV_MASTER_KEY_FILE, MasterKey, load_master_key, master_key_from, write_master_key
 
 __all__ = ["ENV_MASTER_KEY_FILE", "FileKeyStore", "KafkaKeyStore", "KeyStore", "MasterKey", "keys_topic_of",
-           "load_master_key", "master_key_from", "write_master_key"]
+           "load_master_key", "master_key_from", "rotate_master_key", "write_master_key"]

@@ -17,6 +17,11 @@ sequence of frames ``u32 length | u32 CRC32C | record`` (``engine.keys.record``)
   key is lost content). A conversation with a marker and keys (a destroy cut by a crash) is
   rewritten: reopening completes the erasure.
 
+``FileKeyStore(path, read_only=True)`` inspects a store another process holds (``histlog log
+verify`` beside a server): no lock, no write of any kind. ``rotate_master_key`` rewrites every
+bucket under another master key with the engine stopped (``histlog keys rotate``; docs/erasure.md
+§3): every record is read first, then each bucket goes through ``.tmp`` + fsync + rename.
+
 Why files and not a RocksDB: a RocksDB delete leaves the key in the WAL and in SST files until a
 flush, a compaction of its range and the purge of obsolete files have all run, which this store
 must prove, not hope. Files make "no key bytes left" a property of one rename. Measured
@@ -32,15 +37,16 @@ import logging
 import os
 import threading
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from engine.keys.master import MasterKey
 from engine.keys.record import FRAME_HEADER, MAX_FRAME, KeyRecord, decode_record, encode_record, frame, unframe
-from schemas.errors import KeyErased, KeyStoreDamaged, StateUnavailable
+from schemas.errors import InvalidConfiguration, KeyErased, KeyStoreDamaged, StateUnavailable
 from schemas.sealed import DataKey
 
-__all__ = ["BUCKETS", "FileKeyStore", "bucket_of"]
+__all__ = ["BUCKETS", "FileKeyStore", "Rotation", "bucket_of", "read_frames", "rotate_master_key"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +55,47 @@ BUCKETS: Final = 256
 
 def bucket_of(conversation_id: str) -> int:
     return zlib.crc32(conversation_id.encode("utf-8")) & 0xFF
+
+
+def _lock(path: Path) -> int:
+    """Create ``path`` if needed and take its ``LOCK`` (an exclusive ``flock``): the open fd."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise StateUnavailable(f"cannot open the key store {path}: {exc.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise StateUnavailable(f"the key store {path} is in use by another process; close it first") from None
+    return fd
+
+
+def read_frames(path: Path) -> tuple[list[tuple[int, bytes, bytes]], int | None]:
+    """The frames of bucket file ``path`` as ``(position, frame bytes, record body)``, and where a
+    torn tail starts (None: no torn tail). Reads only. ``KeyStoreDamaged`` for a bad frame that
+    is not a torn tail."""
+    buf = path.read_bytes()
+    out: list[tuple[int, bytes, bytes]] = []
+    pos = 0
+    while pos < len(buf):
+        body, end = unframe(buf, pos)
+        if body is None:
+            # A torn tail is what one interrupted create leaves: at most one frame, reaching the
+            # end, with no whole frame inside it. Anything else (a damaged length field
+            # included) is damage, never truncated.
+            rest = len(buf) - pos
+            claimed = int.from_bytes(buf[pos:pos + 4], "big") if rest >= 4 else 0
+            torn = rest < FRAME_HEADER or (pos + FRAME_HEADER + claimed >= len(buf) and rest <= MAX_FRAME
+                                           and not any(unframe(buf, q)[0] for q in range(pos + 1, len(buf))))
+            if not torn:
+                raise KeyStoreDamaged(f"key store file {path} has a damaged record at byte {pos} followed by "
+                                      "more records; restore path/keys from a backup", where=f"{path}@{pos}")
+            return out, pos
+        out.append((pos, buf[pos:end], body))
+        pos = end
+    return out, None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -62,23 +109,30 @@ def _fsync_dir(path: Path) -> None:
 class FileKeyStore:
     """The embedded ``KeyStore`` in directory ``path`` (``<data>/keys``). Thread-safe."""
 
-    def __init__(self, path: Path, *, master: MasterKey | None = None) -> None:
+    def __init__(self, path: Path, *, master: MasterKey | None = None, read_only: bool = False) -> None:
+        """Open (creating it if needed) the store in ``path``, holding its ``LOCK`` until ``close``.
+
+        ``read_only=True`` is for inspecting a store another process holds (``histlog log verify``
+        next to a running server): it takes no lock and never writes, creates,
+        truncates, repairs or deletes anything (a torn tail is skipped, not cut; an interrupted
+        destroy is not completed, its keys are just not loaded); ``create`` and ``destroy``
+        raise ``StateUnavailable``. A key missing from memory is looked for again in its bucket
+        file before ``get`` answers (a writer may have created it since). A missing directory
+        is ``StateUnavailable``."""
         self._path = Path(path)
         self._master = master
+        self._read_only = read_only
         self._mutex = threading.Lock()
         self._keys: dict[str, list[DataKey]] = {}
         self._erased: set[str] = set()
         self._failed = ""
-        try:
-            self._path.mkdir(parents=True, exist_ok=True)
-            self._lock_fd = os.open(self._path / "LOCK", os.O_RDWR | os.O_CREAT, 0o600)
-        except OSError as exc:
-            raise StateUnavailable(f"cannot open the key store {self._path}: {exc.strerror}") from None
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(self._lock_fd)
-            raise StateUnavailable(f"the key store {self._path} is in use by another process; close it first") from None
+        self._lock_fd = -1
+        if read_only:
+            if not self._path.is_dir():
+                raise StateUnavailable(f"no key store at {self._path} (a data dir written before erasure, or not "
+                                       "a histlog data dir)")
+        else:
+            self._lock_fd = _lock(self._path)
         try:
             self._load()
         except BaseException:
@@ -91,58 +145,56 @@ class FileKeyStore:
         return self._path / f"b-{b:02x}.keys"
 
     def _read_bucket(self, path: Path) -> list[tuple[bytes, KeyRecord]]:
-        """Every frame of a bucket with its record; truncates a torn tail."""
-        buf = path.read_bytes()
-        out: list[tuple[bytes, KeyRecord]] = []
-        pos = 0
-        while pos < len(buf):
-            body, end = unframe(buf, pos)
-            if body is None:
-                # A torn tail is what one interrupted create leaves: at most one frame, reaching the
-                # end, with no whole frame inside it. Anything else (a damaged length field
-                # included) is damage, never truncated.
-                rest = len(buf) - pos
-                claimed = int.from_bytes(buf[pos:pos + 4], "big") if rest >= 4 else 0
-                torn = rest < FRAME_HEADER or (pos + FRAME_HEADER + claimed >= len(buf) and rest <= MAX_FRAME
-                                               and not any(unframe(buf, q)[0] for q in range(pos + 1, len(buf))))
-                if not torn:
-                    raise KeyStoreDamaged(f"key store file {path} has a damaged record at byte {pos} followed by "
-                                          "more records; restore path/keys from a backup", where=f"{path}@{pos}")
-                log.warning("key store %s: truncating a torn tail at byte %d of %d (a create that never "
-                            "returned)", path, pos, len(buf))
-                with open(path, "r+b") as f:
-                    f.truncate(pos)
-                    os.fsync(f.fileno())
-                break
-            out.append((buf[pos:end], decode_record(body, self._master, where=f"{path}@{pos}")))
-            pos = end
-        return out
+        """Every frame of a bucket with its record; then truncates a torn tail (skips it when
+        read-only): only once every record was read, so an open with a wrong master key changes nothing."""
+        frames, torn_at = read_frames(path)
+        records = [(raw, decode_record(body, self._master, where=f"{path}@{pos}")) for pos, raw, body in frames]
+        if torn_at is not None and not self._read_only:
+            log.warning("key store %s: truncating a torn tail at byte %d (a create that never returned)",
+                        path, torn_at)
+            with open(path, "r+b") as f:
+                f.truncate(torn_at)
+                os.fsync(f.fileno())
+        return records
 
     def _load(self) -> None:
-        for tmp in self._path.glob("*.tmp"):
-            tmp.unlink()
-        dirty: list[int] = []
-        for b in range(BUCKETS):
-            path = self._bucket(b)
-            if not path.exists():
-                continue
-            records = self._read_bucket(path)
-            erased_here = {r.conversation_id for _, r in records if r.key is None}
-            self._erased |= erased_here
-            for _, r in records:
-                if r.key is None:
-                    continue
-                if r.conversation_id in erased_here:
-                    dirty.append(b)  # a destroy cut short (or a void key after the marker)
-                    continue
-                self._keys.setdefault(r.conversation_id, []).append(r.key)
-        for b in sorted(set(dirty)):
+        if not self._read_only:
+            for tmp in self._path.glob("*.tmp"):
+                tmp.unlink()
+        dirty = [b for b in range(BUCKETS) if self._load_bucket(b)]
+        if self._read_only:
+            return
+        for b in dirty:
             log.warning("key store %s: completing an interrupted destroy in bucket %02x", self._path, b)
             self._rewrite(b)
+
+    def _load_bucket(self, b: int) -> bool:
+        """Load bucket ``b`` into memory (replacing what was loaded of it); True when it holds keys
+        of an erased conversation (a destroy cut short, or a void key written after the marker)."""
+        path = self._bucket(b)
+        try:
+            records = self._read_bucket(path)
+        except FileNotFoundError:
+            return False
+        for c in [c for c in self._keys if bucket_of(c) == b]:
+            del self._keys[c]
+        erased_here = {r.conversation_id for _, r in records if r.key is None}
+        self._erased |= erased_here
+        dirty = False
+        for _, r in records:
+            if r.key is None:
+                continue
+            if r.conversation_id in erased_here:
+                dirty = True
+                continue
+            self._keys.setdefault(r.conversation_id, []).append(r.key)
+        return dirty
 
     # ------------------------------------------------------------------ writes
 
     def _check(self) -> None:
+        if self._read_only:
+            raise StateUnavailable(f"the key store {self._path} was opened read-only: it creates and destroys no keys")
         if self._failed:
             raise StateUnavailable(f"the key store {self._path} failed ({self._failed}); reopen it")
 
@@ -200,6 +252,11 @@ class FileKeyStore:
             for key in self._keys.get(conversation_id, ()):
                 if key.key_id == key_id:
                     return key
+            if self._read_only and conversation_id not in self._erased:
+                self._load_bucket(bucket_of(conversation_id))  # the writer may have created it since
+                for key in self._keys.get(conversation_id, ()):
+                    if key.key_id == key_id:
+                        return key
             if conversation_id in self._erased:
                 raise KeyErased(f"the data key {key_id} of {conversation_id!r} was destroyed: the content is "
                                 "erased", conversation_id=conversation_id, key_id=key_id)
@@ -244,3 +301,91 @@ class FileKeyStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# --------------------------------------------------------------------------- master key rotation
+
+
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """What ``rotate_master_key`` did: data keys rewritten, erasure markers kept, bucket files
+    rewritten, and the keys of erased conversations it dropped (a destroy a crash cut short)."""
+
+    keys: int
+    markers: int
+    buckets: int
+    dropped: int
+
+
+def rotate_master_key(path: Path, old: MasterKey | None, new: MasterKey | None) -> Rotation:
+    """Rewrite every data key record of the store in ``path`` under master key ``new`` (``None``:
+    unwrapped, wrap 0), reading them with ``old`` (``None``: the store has only unwrapped
+    records). Records already under ``new`` are read with it, so running it again after a crash
+    finishes the rotation. When it returns, no record is wrapped by ``old``: ``old`` opens
+    nothing here.
+
+    The engine must be stopped: it takes the store's ``LOCK`` (``StateUnavailable`` while an
+    engine holds it). Every record is read and unwrapped *before* anything is written, so a wrong
+    ``old`` key fails (``KeyStoreDamaged`` naming the master key id the records need) with the
+    store unchanged. Then each bucket is written to ``b-XX.keys.tmp``, fsynced, renamed over the
+    bucket and the directory fsynced: a crash leaves every bucket whole, under the old or the new
+    key (rerun the same command). Erasure markers are kept as they are; keys of an erased
+    conversation (a destroy cut short) are dropped, as opening would; a torn tail is dropped.
+    """
+    path = Path(path)
+    if not (path / "LOCK").exists() and not any(path.glob("b-*.keys")):
+        raise InvalidConfiguration(f"no key store at {path}: expected a histlog data dir's keys/ directory")
+    if old is not None and new is not None and old.key_id == new.key_id:
+        raise InvalidConfiguration(f"the new master key is the old one ({old.key_id.hex()}): give another "
+                                   "(histlog keygen FILE)")
+    fd = _lock(path)
+    try:
+        for tmp in path.glob("*.tmp"):
+            tmp.unlink()  # a rotation or destroy that did not reach its rename
+        plans: list[tuple[Path, bytes]] = []
+        keys = markers = dropped = 0
+        for b in range(BUCKETS):
+            bucket = path / f"b-{b:02x}.keys"
+            if not bucket.exists():
+                continue
+            frames, _ = read_frames(bucket)
+            records = [_decode_either(body, old, new, where=f"{bucket}@{pos}") for pos, _, body in frames]
+            erased = {r.conversation_id for r in records if r.key is None}
+            out: list[bytes] = []
+            for r in records:
+                if r.key is not None and r.conversation_id in erased:
+                    dropped += 1
+                    continue
+                keys += r.key is not None
+                markers += r.key is None
+                out.append(frame(encode_record(r.conversation_id, r.key, new)))
+            plans.append((bucket, b"".join(out)))
+        for bucket, data in plans:
+            tmp = bucket.with_name(bucket.name + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, bucket)
+            _fsync_dir(path)
+    except OSError as exc:
+        raise StateUnavailable(f"cannot rewrite the key store {path}: {exc.strerror}; fix it and run the "
+                               "rotation again (every bucket is whole, under the old or the new key)") from None
+    finally:
+        os.close(fd)
+    return Rotation(keys, markers, len(plans), dropped)
+
+
+def _decode_either(body: bytes, old: MasterKey | None, new: MasterKey | None, *, where: str) -> KeyRecord:
+    """The record read with ``old``, or with ``new`` when an interrupted rotation already
+    rewrapped it; the error of ``old`` (naming the master key id needed) when neither opens it."""
+    try:
+        return decode_record(body, old, where=where)
+    except KeyStoreDamaged:
+        if new is None:
+            raise
+        try:
+            return decode_record(body, new, where=where)
+        except KeyStoreDamaged:
+            pass
+        raise

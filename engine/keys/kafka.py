@@ -35,7 +35,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from engine.keys.kafka_topic import DEFAULT_MAX_COMPACTION_LAG_MS, ensure_keys_topic
 from engine.keys.master import MasterKey
 from engine.keys.record import decode_record, encode_record, record_key, split_record_key
-from engine.log.kafka import _translate  # the one kafka-python -> histlog error table
+from engine.log.kafka import translate  # the one kafka-python -> histlog error table
 from engine.log.kafka_topic import CLIENT_TUNING
 from schemas.errors import KeyErased, KeyStoreDamaged, LogUnavailable
 from schemas.sealed import DataKey
@@ -97,8 +97,8 @@ class KafkaKeyStore:
         except (KeyErased, KeyStoreDamaged):
             raise
         except Exception as exc:
-            raise _translate(exc, what, bootstrap=self._bootstrap, topic=self._topic,
-                             timeout=self._timeout_ms / 1000) from exc
+            raise translate(exc, what, bootstrap=self._bootstrap, topic=self._topic,
+                            timeout=self._timeout_ms / 1000) from exc
 
     def _apply(self, raw_key: bytes | None, value: bytes | None, offset: int) -> None:
         try:

@@ -29,8 +29,8 @@ from typing import Any, Final
 import kafka.errors as kerr
 from kafka.admin import ConfigResource, ConfigResourceType
 
-# The event topic's describe helpers (private there; one home for describe-after-create).
-from engine.log.kafka_topic import _describe, _visible_after_creation
+# The event topic's describe helpers: one home for describe-after-create.
+from engine.log.kafka_topic import describe, visible_after_creation
 from schemas.errors import TopicRefused
 
 __all__ = ["DEFAULT_MAX_COMPACTION_LAG_MS", "check_keys_topic_configs", "ensure_keys_topic", "keys_topic_configs",
@@ -110,7 +110,7 @@ def ensure_keys_topic(admin: Any, *, topic: str, bootstrap: str, create: bool, r
                       max_compaction_lag_ms: int, timeout_ms: int) -> str:
     """Find or create the keys topic and check it; returns its topic id. kafka-python errors
     propagate (the caller translates them); refusals are ``TopicRefused``."""
-    found = _describe(admin, topic)
+    found = describe(admin, topic)
     if found is None:
         if not create:
             raise TopicRefused(f"Kafka keys topic {topic!r} does not exist at {bootstrap} and create=False; "
@@ -128,7 +128,7 @@ def ensure_keys_topic(admin: Any, *, topic: str, bootstrap: str, create: bool, r
         except kerr.InvalidReplicationFactorError as exc:
             raise TopicRefused(f"cannot create Kafka keys topic {topic!r} with replication factor "
                                f"{replication_factor}: {exc}") from exc
-        found = _visible_after_creation(admin, topic, timeout_ms)
+        found = visible_after_creation(admin, topic, timeout_ms)
     partitions, topic_id = found
     result = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
     entries = result.get("topic", {}).get(topic, {})

@@ -15,8 +15,9 @@ cannot be moved to another key id. A key store record names the master key by it
 (``MasterKey.key_id``: the first 8 bytes of HMAC-SHA256(master, b"histlog master key id")), so
 opening with the wrong master key says which one is needed instead of failing to decrypt.
 
-Rotation is not built yet: a store keeps working with the master key its records name; to rotate,
-a later ``histlog keys rewrap`` will rewrite every record (each backend rewrites atomically).
+Rotation: ``histlog keys rotate`` (``engine.keys.files.rotate_master_key``) rewrites every record
+of the embedded store under another master key (or unwrapped), bucket by bucket with an fsynced
+rename; the Kafka keys topic cannot be rotated yet (docs/erasure.md §3).
 """
 
 from __future__ import annotations

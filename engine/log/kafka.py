@@ -19,7 +19,7 @@ the producer face, the consumer faces and the one error translation they share s
   reader (``read``, ``end_offsets``) is replaced by a fresh consumer when an attempt fails
   retriably (a leader moved, a node restarted), within the request timeout.
 
-Every kafka-python error is translated in one place, ``_translate``: unreachable / timed out /
+Every kafka-python error is translated in one place, ``translate``: unreachable / timed out /
 retriable → ``LogUnavailable`` (retry later; the same ``KafkaLog`` recovers by itself when the
 broker is back), data gone → ``CorruptLog``, a record the broker refuses as too large →
 ``InvalidBatch`` (bad input, CLI exit 2), anything else that cannot succeed on retry →
@@ -60,6 +60,7 @@ __all__ = [
     "KafkaLog",
     "check_topic_configs",
     "parse_bootstrap",
+    "translate",
 ]
 
 log = logging.getLogger(__name__)
@@ -97,8 +98,8 @@ def _retriable(exc: BaseException) -> bool:
     return isinstance(exc, OSError)
 
 
-def _translate(exc: BaseException, what: str, *, bootstrap: str, topic: str,
-               timeout: float | None = None) -> HistoryError:
+def translate(exc: BaseException, what: str, *, bootstrap: str, topic: str,
+              timeout: float | None = None) -> HistoryError:
     """Map a kafka-python error to histlog's error tree (the only place that does)."""
     if isinstance(exc, HistoryError):
         return exc
@@ -229,8 +230,8 @@ class KafkaLog(Log):
         try:
             return fn()
         except Exception as exc:
-            raise _translate(exc, what, bootstrap=self._bootstrap, topic=self._topic,
-                             timeout=timeout) from exc
+            raise translate(exc, what, bootstrap=self._bootstrap, topic=self._topic,
+                            timeout=timeout) from exc
 
     def _producer_partitions(self, wait_ms: int) -> None:
         deadline = time.monotonic() + wait_ms / 1000
@@ -351,8 +352,8 @@ class KafkaLog(Log):
         if self._closed:
             return LogUnavailable(f"KafkaLog for topic {self._topic!r} was closed during an append; "
                                   f"the record may or may not be written: resend it.")
-        return _translate(exc, f"append to partition {partition}", bootstrap=self._bootstrap,
-                          topic=self._topic, timeout=timeout)
+        return translate(exc, f"append to partition {partition}", bootstrap=self._bootstrap,
+                         topic=self._topic, timeout=timeout)
 
     def _reading(self, what: str, fn: Callable[[Any, float], T]) -> T:
         """Run ``fn(reader, attempt_seconds)`` on the shared reader consumer, bounded by the
@@ -379,8 +380,8 @@ class KafkaLog(Log):
                     return fn(self._reader, max(_MIN_ATTEMPT_S, min(remaining, self._attempt_s)))
                 except Exception as exc:
                     if not _retriable(exc) or deadline - time.monotonic() < _MIN_ATTEMPT_S:
-                        raise _translate(exc, what, bootstrap=self._bootstrap, topic=self._topic,
-                                         timeout=budget) from exc
+                        raise translate(exc, what, bootstrap=self._bootstrap, topic=self._topic,
+                                        timeout=budget) from exc
                     log.info("%s: attempt %d failed (%s); reconnecting the reader", what, attempt, exc)
                     self._discard_reader()
 

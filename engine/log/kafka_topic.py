@@ -33,8 +33,10 @@ __all__ = [
     "TopicInfo",
     "check_topic_configs",
     "creation_hint",
+    "describe",
     "ensure_topic",
     "parse_bootstrap",
+    "visible_after_creation",
 ]
 
 log = logging.getLogger(__name__)
@@ -168,7 +170,7 @@ class TopicInfo:
     max_message_bytes: int
 
 
-def _describe(admin: Any, topic: str) -> tuple[int, str] | None:
+def describe(admin: Any, topic: str) -> tuple[int, str] | None:
     [info] = admin.describe_topics([topic])
     code = info.get("error_code", 0)
     if code == kerr.UnknownTopicOrPartitionError.errno:
@@ -178,13 +180,13 @@ def _describe(admin: Any, topic: str) -> tuple[int, str] | None:
     return len(info["partitions"]), str(info.get("topic_id") or "")
 
 
-def _visible_after_creation(admin: Any, topic: str, timeout_ms: int) -> tuple[int, str]:
+def visible_after_creation(admin: Any, topic: str, timeout_ms: int) -> tuple[int, str]:
     """The new topic, once the broker answering describe knows it: in a cluster, brokers learn a
     new topic from the controller a moment after it is created."""
     deadline = time.monotonic() + timeout_ms / 1000
     pause = 0.05
     while True:
-        found = _describe(admin, topic)
+        found = describe(admin, topic)
         if found is not None:
             return found
         if time.monotonic() >= deadline:
@@ -197,7 +199,7 @@ def ensure_topic(admin: Any, *, topic: str, bootstrap: str, partitions: int | No
                  replication_factor: int, max_record_bytes: int, timeout_ms: int) -> TopicInfo:
     """Find or create ``topic`` and check it (see the module docstring). kafka-python errors
     propagate unchanged (the caller translates them); refusals are ``TopicRefused``."""
-    found = _describe(admin, topic)
+    found = describe(admin, topic)
     if found is None:
         if not create:
             raise TopicRefused(
@@ -220,7 +222,7 @@ def ensure_topic(admin: Any, *, topic: str, bootstrap: str, partitions: int | No
             raise TopicRefused(
                 f"cannot create Kafka topic {topic!r} with replication factor {replication_factor}: "
                 f"{exc}; the cluster has fewer brokers, lower replication_factor or add brokers.") from exc
-        found = _visible_after_creation(admin, topic, timeout_ms)
+        found = visible_after_creation(admin, topic, timeout_ms)
     actual, topic_id = found
     if partitions is not None and actual != partitions:
         raise TopicRefused(

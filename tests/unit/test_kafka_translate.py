@@ -1,4 +1,4 @@
-"""``engine.log.kafka._translate``: the one map from kafka-python's errors to histlog's tree.
+"""``engine.log.kafka.translate``: the one map from kafka-python's errors to histlog's tree.
 
 The broker's own size refusal is rare (histlog refuses oversized records before sending), but when
 a topic's ``max.message.bytes`` is lowered under a running writer it is the broker that refuses:
@@ -10,7 +10,7 @@ from __future__ import annotations
 import kafka.errors as kerr
 import pytest
 
-from engine.log.kafka import _translate
+from engine.log.kafka import translate
 from schemas.errors import CorruptLog, InvalidBatch, LogUnavailable
 
 
@@ -23,11 +23,11 @@ from schemas.errors import CorruptLog, InvalidBatch, LogUnavailable
     (ConnectionRefusedError(), LogUnavailable),
 ])
 def test_each_kafka_error_maps_to_its_type(error: BaseException, expected: type[Exception]) -> None:
-    translated = _translate(error, "append", bootstrap="127.0.0.1:9", topic="t")
+    translated = translate(error, "append", bootstrap="127.0.0.1:9", topic="t")
     assert type(translated) is expected
     assert "'t' at 127.0.0.1:9" in str(translated)
 
 
 def test_a_too_large_record_says_what_to_do() -> None:
-    message = str(_translate(kerr.MessageSizeTooLargeError(), "append", bootstrap="h:1", topic="t"))
+    message = str(translate(kerr.MessageSizeTooLargeError(), "append", bootstrap="h:1", topic="t"))
     assert "max.message.bytes" in message and "smaller batches" in message
