@@ -1,5 +1,6 @@
-"""The log's event records and their codec: Avro single-object encoding (about 500 lines: the
-events, their rules and their codec are one wire format, kept in one module).
+"""The log's event records and their codec: Avro single-object encoding (about 600 lines: the
+events, their plain and sealed forms and their codec are one wire format, kept in one module;
+the field rules live in ``schemas.event_rules``, the cipher in ``schemas.sealed``).
 
 Every log value is one event framed as Avro *single-object encoding*::
 
