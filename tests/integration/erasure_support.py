@@ -12,20 +12,23 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from engine import HistoryEngine
+from engine.keys import KeyStore
 from engine.keys.record import encode_record
 from engine.keys.record import record_key as key_record_key
-from schemas import Batch, LogPosition, Message, ToolCallPart, ToolOutput, ToolResultPart
+from schemas import Batch, ConversationClosed, LogPosition, Message, ToolCallPart, ToolOutput, ToolResultPart
 from schemas.events import BatchAppended, Event, decode_event, encode_event, seal_event
 from schemas.records import partition_for_key, read_record_conv, record_key
 from schemas.sealed import DataKey
 from schemas.times import now_ms
-from tests.conformance.facade_contract import snapshot
+from tests.conformance.facade_contract import snapshot, turn
 
-__all__ = ["WAIT_S", "RawProducer", "conversation_records", "counters", "files_holding", "key_records",
-           "needles_of", "observed", "token", "token_batch", "wait_until"]
+__all__ = ["WAIT_S", "RawProducer", "accepted_batches", "assert_erased_and_closed", "conversation_records",
+           "counters", "files_holding", "key_records", "keys_of", "needles_of", "observed", "store_of", "token",
+           "token_batch", "wait_until"]
 
 WAIT_S = 60.0
 """Longest a condition may take to hold (a loaded 2-core machine): every wait is bounded by it."""
@@ -119,6 +122,32 @@ def key_records(bootstrap: str, keys_topic: str) -> list[tuple[bytes, bytes | No
         return out
     finally:
         consumer.close()
+
+
+def store_of(e: HistoryEngine) -> KeyStore:
+    assert e._keys is not None  # Invariant: HistoryEngine.open gives every engine its key store.
+    return e._keys
+
+
+def keys_of(e: HistoryEngine, conv: str) -> list[tuple[str, str]]:
+    """The live keys of ``conv`` in ``e``'s key store, as it holds them in memory now."""
+    return store_of(e).list_keys(conv)
+
+
+def accepted_batches(e: HistoryEngine, conv: str) -> dict[str, list[bytes]]:
+    """append id -> the canonical JSON of its messages, as ``e`` stores them."""
+    out: dict[str, list[bytes]] = {}
+    for entry in e.entries(conv):
+        out.setdefault(str(entry.append_id), []).append(entry.message.canonical_json())
+    return out
+
+
+def assert_erased_and_closed(e: HistoryEngine, conv: str = "c") -> None:
+    """Nothing of ``conv`` is readable on ``e``, its keys are gone, and it refuses appends."""
+    assert e.read(conv) == [] and e.entries(conv) == [] and conv not in e.conversations()
+    assert keys_of(e, conv) == []
+    with pytest.raises(ConversationClosed):
+        e.append(turn(conv, "after", "no more"))
 
 
 class RawProducer:

@@ -8,7 +8,8 @@ keys topic ``T.keys``. Proved here, each with bounded waits on conditions:
    the log (the writer's local pre-check switched off) and through the pre-check;
 2. instances racing on new conversations' first batches agree: one accepted batch each, the
    loser a duplicate (same content) or a conflict (different content); create-if-absent gives
-   both instances the same data key (a racing creator's own key is tombstoned); content sealed
+   both instances the same data key (a racing creator's own key is tombstoned; met by chance in
+   the race and forced by holding one store before it writes its key); content sealed
    under a *second* live key of a conversation (raw records: the key store keeps a key record a
    crashed creator left) is admitted by content, exactly as under the first;
 3. an instance that was closed during another's append-and-clear ends erased, closed and equal
@@ -38,7 +39,7 @@ import pytest
 
 import engine.writes
 from engine import HistoryEngine
-from engine.keys import KeyStore, keys_topic_of
+from engine.keys import KafkaKeyStore, keys_topic_of
 from engine.keys.record import record_key, split_record_key
 from schemas import AppendConflict, Batch, ConversationClosed, LogPosition, Message, Receipt
 from schemas.events import BatchAppended, ConversationCleared
@@ -48,12 +49,16 @@ from tests.conformance.facade_contract import turn
 from tests.integration.erasure_support import (
     WAIT_S,
     RawProducer,
+    accepted_batches,
+    assert_erased_and_closed,
     conversation_records,
     counters,
     files_holding,
     key_records,
+    keys_of,
     needles_of,
     observed,
+    store_of,
     token,
     token_batch,
     wait_until,
@@ -99,23 +104,6 @@ def through_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
     """Switch off the writers' pre-check on local state (an optimisation): every append is
     produced, and the projector's admission on each instance decides alone."""
     monkeypatch.setattr(engine.writes, "precheck", lambda *args, **kwargs: None)
-
-
-def store_of(e: HistoryEngine) -> KeyStore:
-    assert e._keys is not None  # Invariant: HistoryEngine.open gives every engine its key store.
-    return e._keys
-
-
-def keys_of(e: HistoryEngine, conv: str) -> list[tuple[str, str]]:
-    return store_of(e).list_keys(conv)
-
-
-def accepted_batches(e: HistoryEngine, conv: str) -> dict[str, list[bytes]]:
-    """append id -> the canonical JSON of its messages, as ``e`` stores them."""
-    out: dict[str, list[bytes]] = {}
-    for entry in e.entries(conv):
-        out.setdefault(str(entry.append_id), []).append(entry.message.canonical_json())
-    return out
 
 
 # -- 1. retries and conflicts across instances ----------------------------------------------------
@@ -229,6 +217,67 @@ def test_instances_racing_on_new_conversations_agree(pair: tuple[HistoryEngine, 
           f"pre-check; both key stores created a key for {both_created} of {n} conversations")
 
 
+@pytest.mark.parametrize("same_content", [True, False])
+def test_both_key_stores_create_a_key_for_the_first_batch(
+        pair: tuple[HistoryEngine, HistoryEngine], backend: KafkaBackend, monkeypatch: pytest.MonkeyPatch,
+        same_content: bool) -> None:
+    """The key race the test above meets by chance, forced: B's store has found no key for the
+    conversation and is held just before it produces its own; A creates its key and appends;
+    then B produces its key, reads the partition back, finds A's first, tombstones its own and
+    seals under A's. B's batch then reaches admission like any racing first batch."""
+    a, b = pair
+    store = store_of(b)
+    assert isinstance(store, KafkaKeyStore)
+    real_send = store._send
+    held, release = threading.Event(), threading.Event()
+
+    def send(conv: str, key_id: str, value: bytes | None) -> int:
+        if key_id and value is not None and not held.is_set():  # B's own key record
+            held.set()
+            assert release.wait(WAIT_S), "the test never released B's key store"
+        return int(real_send(conv, key_id, value))
+
+    monkeypatch.setattr(store, "_send", send)
+    mine = turn("both-keys", "first", "from A")
+    theirs = mine if same_content else turn("both-keys", "first", "from B")
+    outcome: list[Receipt | BaseException] = []
+
+    def write() -> None:
+        try:
+            outcome.append(b.append(theirs))
+        except Exception as exc:  # AppendConflict is expected for other content; anything else fails below
+            outcome.append(exc)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert held.wait(WAIT_S), "B's key store never tried to create a key"
+        receipt = a.append(mine)
+    finally:
+        release.set()
+        writer.join(WAIT_S)
+    assert not writer.is_alive()
+    (got,) = outcome
+    if same_content:
+        assert got == receipt
+    else:
+        assert isinstance(got, AppendConflict) and got.existing_digest == receipt.digest, got
+    written = [(split_record_key(k)[1], v) for k, v in key_records(backend.bootstrap, keys_topic_of(backend.topic))
+               if split_record_key(k)[0] == "both-keys"]
+    (k_a, _), (k_b, _), (tombstoned, gone) = written  # A's key, B's key, B's tombstone of its own
+    assert k_a != k_b and tombstoned == k_b and gone is None
+    for e in pair:
+        assert not store_of(e).erased("both-keys")  # catches up
+        assert keys_of(e, "both-keys") == [("both-keys", k_a)]
+    records = conversation_records(a, "both-keys")
+    assert [ev.sealed.key_id for _, ev in records if isinstance(ev, BatchAppended) and ev.sealed] == [k_a, k_a]
+    assert receipt.position.offset == records[0][0]
+    assert observed(a) == observed(b)
+    for e in pair:
+        assert e.read("both-keys") == list(mine.messages)
+        assert counters(e)["duplicates" if same_content else "conflicts"] == 1
+
+
 def test_content_sealed_under_a_second_key_is_admitted_by_content(
         pair: tuple[HistoryEngine, HistoryEngine], raw: RawProducer, backend: KafkaBackend, tmp_path: Path) -> None:
     """The key store allows a second live key: a key record of a racing creator that crashed
@@ -286,13 +335,6 @@ def lagging_scenario(backend: KafkaBackend, tmp_path: Path) -> tuple[HistoryEngi
     except BaseException:
         a.close()
         raise
-
-
-def assert_erased_and_closed(e: HistoryEngine, conv: str = "c") -> None:
-    assert e.read(conv) == [] and e.entries(conv) == [] and conv not in e.conversations()
-    assert keys_of(e, conv) == []
-    with pytest.raises(ConversationClosed):
-        e.append(turn(conv, "after", "no more"))
 
 
 def test_an_instance_that_lagged_behind_an_erasure_ends_erased(backend: KafkaBackend, tmp_path: Path) -> None:
