@@ -110,6 +110,8 @@ def through_the_log(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("path", ["log", "precheck"])
 def test_a_retry_through_the_other_instance_is_a_duplicate_and_other_content_a_conflict(
         pair: tuple[HistoryEngine, HistoryEngine], path: str, request: pytest.FixtureRequest) -> None:
+    """Each record sealed with its own nonce under the conversation's one key: admission on both
+    instances compares the opened content's digests, as it did for plain records."""
     a, b = pair
     if path == "log":
         request.getfixturevalue("through_the_log")
