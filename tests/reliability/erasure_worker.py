@@ -1,14 +1,15 @@
 """A worker that appends a token turn to each of many conversations, then clears them one by
 one, for the kill -9 tests of ``test_erasure_crash``.
 
-Usage: python -m tests.reliability.erasure_worker DATA_DIR TOKENS.json [POINT K]
+Usage: python -m tests.reliability.erasure_worker DATA_DIR TOKENS.json [POINT K [projection]]
 
 ``TOKENS.json`` maps each conversation id to its token (in clearing order). Stdout: "appended"
-once every turn is written, then "cleared CONV" after each ``clear`` returned (one write(2)
+once every turn is written (and the engine reopened), then "cleared CONV" after each ``clear`` returned (one write(2)
 each, so a kill lands before or after a line). With ``POINT K`` the worker kills itself
 (SIGKILL) inside the ``K``-th clear (from 0) at ``POINT``: ``before-destroy`` (the conversation's
 rows are deleted and its ``E`` row written; the keys are intact), ``after-destroy`` (keys
 destroyed, nothing compacted) or ``after-compact`` (compacted, the ``E`` row not yet deleted).
+With ``projection`` it registers ``erasure_support.ContentStore`` (which stores content) first.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from engine.facade import HistoryEngine
 from engine.keys import FileKeyStore
 from projections.store import StateStore
-from tests.reliability.erasure_support import token_batch
+from tests.reliability.erasure_support import ContentStore, token_batch
 
 POINTS = ("before-destroy", "after-destroy", "after-compact")
 
@@ -69,9 +70,17 @@ def main() -> None:
         if point not in POINTS:
             raise SystemExit(f"erasure_worker: unknown point {point!r}, expected one of {POINTS}")
         _inject(point, k)
+    with_projection = sys.argv[5:] == ["projection"]
     with HistoryEngine.open(data, partitions=2) as engine:
+        if with_projection:
+            engine.register(ContentStore())
         for conv, token in tokens.items():
             engine.append(token_batch(conv, "a0", token))
+    # Closed and reopened: the content is in table files (not only in the WAL and the memtable,
+    # where a put and its later delete may meet and vanish together) when the clears start.
+    with HistoryEngine.open(data) as engine:
+        if with_projection:
+            engine.register(ContentStore())
         _say("appended")
         for conv in tokens:
             engine.clear(conv)

@@ -177,3 +177,24 @@ def test_kill_at_each_step_of_the_erasure(tmp_path: Path, point: str) -> None:
     assert worker.returned() == ["conv-0", "conv-1"]
     cleared = _check_after_crash(data, tokens, worker.returned())
     assert cleared == {"conv-0", "conv-1", "conv-2"}
+
+
+@pytest.mark.parametrize("point", ["before-destroy", "after-destroy"])
+def test_kill_before_the_compaction_with_a_projection_that_stores_content(tmp_path: Path, point: str) -> None:
+    """The clear's step deleted the projection's rows (its ``ClearEvent``) in the same WriteBatch
+    as the core rows; the kill comes before the compaction that makes both physical. The reopen
+    completes the erasure before the projection is registered again (so its keyspace is not
+    among the ranges compacted): its rows go because the compaction rewrites whole table
+    files, and every file holding them overlaps the conversation's core ranges (its ``U`` keys
+    sort between ``T`` and ``W``, and every step that writes them also writes a ``P`` row)."""
+    data = tmp_path / "data"
+    tokens = _tokens()
+    worker = Worker(data, tokens, point, "2", "projection")
+    try:
+        worker.read_until("appended")
+        worker.read_until("done", timeout=60)
+    finally:
+        worker.kill()
+    assert worker.proc.returncode == -signal.SIGKILL, worker.lines
+    cleared = _check_after_crash(data, tokens, worker.returned())
+    assert cleared == {"conv-0", "conv-1", "conv-2"}
