@@ -39,7 +39,7 @@ from projections.admission import Decision, Known, Outcome, admit
 from projections.custom import Projection, ProjectionTx, check_name, keyspace
 from projections.delivery import Deliveries, Subscription, Ticket
 from projections.erasure import DataKeys
-from projections.events import ProjectedEvent
+from projections.events import ClearEvent, ProjectedEvent
 from projections.partitions import Ownership, PartitionState
 from projections.store import DamagedState, StateStore, Tx
 from schemas.batch import Batch
@@ -270,9 +270,10 @@ class Projector(Ownership):
             waiting = erasure.pending(self.store)
             if convs is not None:
                 waiting = [c for c in waiting if c in set(convs)]
-            if waiting:
-                erasure.complete(self.store, self.keys, waiting,
-                                 [keys.custom_keyspace(name) for name in self._live])
+            if waiting:  # every custom projection with state, live or not (none is at open)
+                names = {keys.read_checkpoint_key(k)[0] for k, _ in self.store.iterator().scan(
+                    keys.CHECKPOINT, keys.prefix_end(keys.CHECKPOINT))} - {CORE}
+                erasure.complete(self.store, self.keys, waiting, [keys.custom_keyspace(name) for name in names])
 
     def _feed(self, live: dict[str, Projection], step_txs: dict[tuple[str, int], ProjectionTx], tx: Tx,
               event: ProjectedEvent) -> None:
@@ -310,14 +311,18 @@ class Projector(Ownership):
         scratch_dir = Path(tempfile.mkdtemp(prefix=scratch_prefix(self.store.path), dir=self.store.path.parent))
         scratch = StateStore(scratch_dir)
         try:
-            self._catch_up(projection, name, scratch, read, progress)
+            cleared = self._catch_up(projection, name, scratch, read, progress)
         finally:
             scratch.close()
             StateStore.destroy(scratch_dir)
+        if cleared:  # what it deleted of cleared conversations leaves the files too (erasure)
+            self.store.compact([keys.custom_keyspace(name)])
 
     def _catch_up(self, projection: Projection, name: str, scratch: StateStore, read: ReadFn,
-                  progress: ProgressFn | None) -> None:
+                  progress: ProgressFn | None) -> bool:
+        """Replay into ``projection`` until it is live; True when it was given a ``ClearEvent``."""
         start = checkpoints(self.store, self.partitions, name)
+        cleared = False
         done = [0] * self.partitions  # next offset of the scratch admission, per partition
         while True:
             targets = self.applied_offsets()
@@ -338,7 +343,7 @@ class Projector(Ownership):
                             self._cond.wait(0.1)  # back-off between retries, not synchronisation
                         continue
                     empty_reads = 0
-                    self._catch_up_step(projection, name, scratch, records, start[p])
+                    cleared |= self._catch_up_step(projection, name, scratch, records, start[p])
                     done[p] = records[-1].offset + 1
                     if progress is not None:
                         progress(sum(done), total)
@@ -349,17 +354,19 @@ class Projector(Ownership):
                                           "register it again")
                 if all(done[p] == applied[p] for p in self._owned):
                     self._live[name] = projection
-                    return
+                    return cleared
 
     def _catch_up_step(self, projection: Projection, name: str, scratch: StateStore,
-                       records: Sequence[RecordLike], start: int) -> None:
+                       records: Sequence[RecordLike], start: int) -> bool:
         admission_tx, tx = scratch.tx(), self.store.tx()
+        cleared = False
         ptx = ProjectionTx(tx, name, records[-1].partition)
         for r in records:
             deliver = r.offset >= start
             _, event = admit(admission_tx, keys.Stats(), LogPosition(r.partition, r.offset), r.key, r.value,
                              want_event=deliver, keys_=self.keys)
             if event is not None:
+                cleared |= isinstance(event, ClearEvent)
                 try:
                     projection.apply(event, ptx)
                 except Exception as e:
@@ -372,6 +379,7 @@ class Projector(Ownership):
             tx.put(keys.checkpoint_key(name, last.partition), keys.checkpoint_value(last.offset + 1))
             tx.commit()
         admission_tx.commit()
+        return cleared
 
     def drop(self, name: str) -> None:
         """Stop ``name`` and delete its state and checkpoints (``rebuild`` starts from here)."""

@@ -114,8 +114,6 @@ def test_clear_leaves_no_trace_in_any_file(tmp_path: Path, fsync: FsyncPolicy, p
         _assert_forgotten(root, w)
 
 
-@pytest.mark.xfail(strict=True, reason="Projector._catch_up (projections/runtime.py) applies a replayed ClearEvent's "
-                   "deletions without compacting them: the rows stay in a table file until RocksDB compacts it")
 def test_projection_registered_after_the_clear_loses_the_rows_physically(tmp_path: Path) -> None:
     """A projection that held the victim's rows but was not registered when ``clear`` ran
     deletes them when it is registered again (its catch-up delivers the ``ClearEvent``); the
@@ -203,9 +201,6 @@ def test_the_grep_finds_a_conversation_that_was_not_cleared(tmp_path: Path) -> N
     assert all(path.startswith("state/") for _, path in found), found
 
 
-@pytest.mark.xfail(strict=True, reason="RocksDB's MANIFEST keeps the boundary keys of the table files the erasure "
-                   "compacted away, until the next open rolls it; an X key holds the external_id "
-                   "(projections/store.py _options: no max_manifest_file_size)")
 def test_no_external_id_in_the_manifest_after_clear(tmp_path: Path) -> None:
     """The victim's ``X`` row (its messages' ``external_id``, content) is the largest key of a
     table file (written in a run of its own, after the state's metadata row): the MANIFEST
