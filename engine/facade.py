@@ -1,6 +1,6 @@
 """``HistoryEngine``: the public facade over a log and the projector (docs/design.md §1, §4).
 One method per row of the API contract, each with the docstring that states its promise (long,
-≈650 lines, because the whole public contract is one class: every method here is a few lines of
+≈720 lines, because the whole public contract is one class: every method here is a few lines of
 checks and one call, and the rules they call live elsewhere);
 argument rules, refusals, the write path and the opening of the log and state live in
 ``engine.arguments``, ``engine.refusals``, ``engine.writes``, ``engine.state``.
@@ -38,10 +38,10 @@ from engine.arguments import (
     check_window,
     time_bound,
 )
-from engine.keys import FileKeyStore, KafkaKeyStore, KeyStore, keys_topic_of, master_key_from
+from engine.keys import KeyStore, master_key_from
 from engine.log.base import Log
 from engine.log.file import FsyncPolicy
-from engine.state import open_file_parts, open_kafka_parts
+from engine.state import open_file_parts, open_kafka_parts, open_key_store
 from engine.writes import Writes, receipt_of
 from projections.custom import Projection, ProjectionView
 from projections.delivery import DEFAULT_BUFFER, Subscription
@@ -211,12 +211,7 @@ class HistoryEngine:
 
         def key_store() -> KeyStore:
             if not opened:
-                if kafka is not None:
-                    opened.append(KafkaKeyStore(kafka, keys_topic_of(topic), master=master,
-                                                replication_factor=replication_factor))
-                else:
-                    assert path is not None  # Invariant: checked above.
-                    opened.append(FileKeyStore(Path(path) / "keys", master=master))
+                opened.append(open_key_store(path, kafka, topic, replication_factor, master))
             return opened[0]
 
         def attempt() -> HistoryEngine:

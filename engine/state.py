@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from engine.keys import FileKeyStore, KafkaKeyStore, KeyStore, MasterKey, keys_topic_of
 from engine.log.base import Log
 from engine.log.file import FileLog, FsyncPolicy
 from projections import keys
@@ -44,8 +45,8 @@ from projections.store import DamagedState, StateStore
 from schemas.errors import CorruptLog, InvalidConfiguration
 from schemas.positions import LogPosition
 
-__all__ = ["STATE_FORMAT", "Evidence", "lost_appends", "open_file_parts", "open_kafka_parts", "open_state",
-           "read_evidence"]
+__all__ = ["STATE_FORMAT", "Evidence", "lost_appends", "open_file_parts", "open_kafka_parts", "open_key_store",
+           "open_state", "read_evidence"]
 
 log = logging.getLogger("histlog.engine")
 
@@ -106,6 +107,16 @@ def open_kafka_parts(bootstrap: str, topic: str, state_dir: Path, partitions: in
         return {"backend": "kafka", "topic": topic, "topic_id": klog.topic_id, "partitions": klog.partitions}
 
     return open_state(state_dir, open_kafka, identity, durable=True, rebuild=rebuild, accept_log_loss=accept_log_loss)
+
+
+def open_key_store(path: str | Path | None, kafka: str | None, topic: str, replication_factor: int,
+                   master: MasterKey | None) -> KeyStore:
+    """The key store beside the log (docs/erasure.md §2): ``path/keys/`` for the embedded log,
+    the compacted topic ``<topic>.keys`` (created or checked) for Kafka."""
+    if kafka is not None:
+        return KafkaKeyStore(kafka, keys_topic_of(topic), master=master, replication_factor=replication_factor)
+    assert path is not None  # Invariant: the caller checked that one of the two is given.
+    return FileKeyStore(Path(path) / "keys", master=master)
 
 
 def open_file_parts(root: Path, partitions: int | None, fsync: FsyncPolicy, *, rebuild: bool,
