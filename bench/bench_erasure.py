@@ -1,0 +1,347 @@
+"""The cost of erasure's sealing (issue 16), measured end to end: the sealed engine
+(``HistoryEngine.open(dir)``) against the plain one (``HistoryEngine.open(dir, seal=False)``),
+same machine, same run, interleaved rounds (sealed and plain alternate; the order flips every
+round, so a neighbour's load drifting over the run charges both alike).
+
+Cases (every one reports sealed/plain ratios per round, and their median, min and max):
+
+* **durable appends/s** (``fsync="always"``, 2-message turns, ``bench.common.batch``) at 1, 16
+  and 64 writer threads, each writer on its own conversations, batches built before the clock
+  starts, with the process's **CPU µs and context switches per append** (``getrusage`` over
+  the same window, ``bench.common.run_measured``). Two shapes:
+
+  - ``new``: every append starts a new conversation, so every sealed append first creates the
+    conversation's data key (``FileKeyStore.create``: one framed append + fsync of the key
+    store, + a directory fsync while its bucket file is new) before its log append;
+  - ``reused``: each writer appends to 8 conversations that already hold a turn (their keys
+    exist before the clock starts): the sealed cost is a key lookup and the seal only.
+
+* **replay** (records/s): ``open(dir, rebuild=True)`` over a log of N 2-message batches on 1,000
+  conversations, written sealed (under the key store's keys) or plain.
+* **clear latency** p50/p99 (ms): sequential ``clear`` of conversations of a state holding many
+  (each clear deletes the rows, compacts the ranges and, sealed, destroys the key: a marker append
+  + a bucket rewrite of the key store).
+* **components** (µs, best of 5, same run): what a sealed record adds and where: ``seal_event``,
+  ``open_event`` (includes the in-memory ``sha256`` digest), the digest alone, a known key's
+  lookup, and a new key's ``create`` (its fsyncs), beside today's ``encode_event`` / ``decode_event``.
+
+``python -m bench.bench_erasure [--quick]`` prints a table (and a markdown one for the README) and
+writes ``bench/results/erasure.json``; ``histlog bench erasure`` runs it with the others. The goal
+(issue 16) is sealed within 15% of plain; the lead re-measures on a quiet machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.common import Run, batch, event_bytes, percentiles, run_measured
+from engine import HistoryEngine
+from engine.keys import FileKeyStore
+from engine.log.base import record_key
+from engine.log.file import FileLog
+from schemas.canonical import digest_of
+from schemas.events import BatchAppended, TurnReplaced, decode_event, encode_event, open_event, seal_event
+
+__all__ = ["Sizes", "markdown", "report", "run"]
+
+RESULTS = Path(__file__).resolve().parent / "results" / "erasure.json"
+GOAL = 0.85
+"""Sealed within 15% of plain: a sealed/plain rate ratio >= 0.85 (a CPU ratio <= 1.15)."""
+REUSED_PER_WRITER = 8
+REPLAY_CONVERSATIONS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class Sizes:
+    """How much each case does: appends per run by writer count, records replayed, clears."""
+
+    rounds: int
+    appends: dict[int, int]
+    replay_records: int
+    clear_conversations: int
+    clears_per_round: int
+
+    @classmethod
+    def of(cls, quick: bool) -> Sizes:
+        if quick:
+            return cls(2, {1: 60, 16: 320, 64: 640}, 4_000, 300, 15)
+        return cls(3, {1: 300, 16: 1_600, 64: 3_200}, 40_000, 2_000, 60)
+
+
+def _order(r: int) -> tuple[bool, bool]:
+    """Round ``r``'s order of (sealed?): sealed first on even rounds, plain first on odd ones."""
+    return (True, False) if r % 2 == 0 else (False, True)
+
+
+def _label(sealed: bool) -> str:
+    return "sealed" if sealed else "plain"
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, min and max of per-round values (ratios), rounded."""
+    return {"median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3)}
+
+
+# ---------------------------------------------------------------------------------------- appends
+
+def _append_run(where: Path, sealed: bool, writers: int, total: int, shape: str) -> Run:
+    """One timed run of durable appends on a fresh engine directory."""
+    per_thread = max(total // writers, 1)
+    if shape == "new":
+        batches = [[batch(f"n-{t}-{i}", f"a-{t}-{i}") for i in range(per_thread)] for t in range(writers)]
+    else:
+        batches = [[batch(f"r-{t}-{i % REUSED_PER_WRITER}", f"a-{t}-{i}") for i in range(per_thread)]
+                   for t in range(writers)]
+    with HistoryEngine.open(where, seal=sealed) as engine:
+        if shape == "reused":  # every conversation holds a turn (and, sealed, its key) before the clock
+            run_measured(writers, REUSED_PER_WRITER, lambda t, i: engine.append(batch(f"r-{t}-{i}", f"w-{t}-{i}")))
+        run = run_measured(writers, per_thread, lambda t, i: engine.append(batches[t][i]))
+        stats = engine.stats()
+        warm = writers * REUSED_PER_WRITER if shape == "reused" else 0
+        assert stats.accepted == warm + writers * per_thread  # Invariant: every append was accepted.
+    return run
+
+
+def _appends(root: Path, sizes: Sizes, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    out = []
+    for shape in ("new", "reused"):
+        for writers, total in sizes.appends.items():
+            rounds: list[dict[str, float]] = []
+            for r in range(sizes.rounds):
+                got: dict[bool, Run] = {}
+                for sealed in _order(r):
+                    where = root / f"app-{shape}-{writers}-{r}-{_label(sealed)}"
+                    got[sealed] = _append_run(where, sealed, writers, total, shape)
+                    shutil.rmtree(where, ignore_errors=True)
+                s, p = got[True], got[False]
+                rounds.append({"sealed_per_s": round(s.per_s), "plain_per_s": round(p.per_s),
+                               "rate_ratio": round(s.per_s / p.per_s, 3),
+                               "sealed_cpu_us": round(s.cpu_us_per_op, 1), "plain_cpu_us": round(p.cpu_us_per_op, 1),
+                               "cpu_ratio": round(s.cpu_us_per_op / p.cpu_us_per_op, 3),
+                               "sealed_ctx": round(s.switches_per_op, 2), "plain_ctx": round(p.switches_per_op, 2)})
+                say(f"appends {shape} w={writers} round {r}: {rounds[-1]}")
+            out.append({"shape": shape, "writers": writers, "appends": writers * max(total // writers, 1),
+                        "rounds": rounds,
+                        "sealed_per_s": round(statistics.median(x["sealed_per_s"] for x in rounds)),
+                        "plain_per_s": round(statistics.median(x["plain_per_s"] for x in rounds)),
+                        "sealed_cpu_us": round(statistics.median(x["sealed_cpu_us"] for x in rounds), 1),
+                        "plain_cpu_us": round(statistics.median(x["plain_cpu_us"] for x in rounds), 1),
+                        "rate_ratio": spread([x["rate_ratio"] for x in rounds]),
+                        "cpu_ratio": spread([x["cpu_ratio"] for x in rounds])})
+    return out
+
+
+# ----------------------------------------------------------------------------------------- replay
+
+def _write_log(data: Path, sealed: bool, records: int) -> None:
+    """A log of ``records`` 2-message batches on 1,000 conversations, as the engine writes them
+    (sealed: under the key store's key of each conversation), written directly (no fsync)."""
+    log = FileLog(data / "log", 1, fsync="never")
+    keys = FileKeyStore(data / "keys") if sealed else None
+    try:
+        for i in range(records):
+            b = batch(f"conv-{i % REPLAY_CONVERSATIONS}", f"a-{i}")
+            event: BatchAppended | TurnReplaced = BatchAppended.of(b, 1_767_225_600_000 + i)
+            if keys is not None:
+                event = seal_event(event, keys.create(b.conversation_id))
+            log.append(record_key(b.conversation_id, b.append_id), encode_event(event))
+    finally:
+        log.close()
+        if keys is not None:
+            keys.close()
+
+
+def _replay(root: Path, sizes: Sizes, say: Callable[[str], None]) -> dict[str, Any]:
+    n = sizes.replay_records
+    for sealed in (True, False):
+        _write_log(root / f"replay-{_label(sealed)}", sealed, n)
+    rounds: list[dict[str, float]] = []
+    for r in range(sizes.rounds):
+        rate: dict[bool, float] = {}
+        for sealed in _order(r):
+            start = time.perf_counter()
+            with HistoryEngine.open(root / f"replay-{_label(sealed)}", rebuild=True, seal=sealed) as engine:
+                rate[sealed] = n / (time.perf_counter() - start)
+                assert engine.stats().accepted == n  # Invariant: the replay applied (opened) every record.
+        rounds.append({"sealed_per_s": round(rate[True]), "plain_per_s": round(rate[False]),
+                       "rate_ratio": round(rate[True] / rate[False], 3)})
+        say(f"replay round {r}: {rounds[-1]}")
+    return {"records": n, "rounds": rounds,
+            "sealed_per_s": round(statistics.median(x["sealed_per_s"] for x in rounds)),
+            "plain_per_s": round(statistics.median(x["plain_per_s"] for x in rounds)),
+            "rate_ratio": spread([x["rate_ratio"] for x in rounds])}
+
+
+# ------------------------------------------------------------------------------------------ clear
+
+def _clear_state(where: Path, sealed: bool, conversations: int) -> None:
+    """A state of ``conversations`` conversations of one turn each (written without fsync: the
+    state is the setting, the clears are what is timed)."""
+    with HistoryEngine.open(where, fsync="never", seal=sealed) as engine:
+        per = max(conversations // 16, 1)
+        run_measured(16, per, lambda t, i: engine.append(batch(f"c-{t * per + i}", f"a-{t}-{i}")))
+
+
+def _clears(root: Path, sizes: Sizes, say: Callable[[str], None]) -> dict[str, Any]:
+    m, k = sizes.clear_conversations, sizes.clears_per_round
+    for sealed in (True, False):
+        _clear_state(root / f"clear-{_label(sealed)}", sealed, m)
+    engines = {sealed: HistoryEngine.open(root / f"clear-{_label(sealed)}", seal=sealed) for sealed in (True, False)}
+    samples: dict[bool, list[float]] = {True: [], False: []}
+    rounds: list[dict[str, float]] = []
+    try:
+        for r in range(sizes.rounds):
+            per_round: dict[bool, tuple[float, float]] = {}
+            for sealed in _order(r):
+                engine, mine = engines[sealed], []
+                for j in range(k):  # a different slice of conversations each round, spread over the state
+                    c = f"c-{((r * k + j) * 7919) % m}"
+                    started = time.perf_counter_ns()
+                    engine.clear(c)
+                    mine.append((time.perf_counter_ns() - started) / 1e6)
+                samples[sealed] += mine
+                per_round[sealed] = percentiles(mine)
+            (s50, s99), (p50, p99) = per_round[True], per_round[False]
+            rounds.append({"sealed_p50_ms": round(s50, 2), "plain_p50_ms": round(p50, 2),
+                           "p50_ratio": round(s50 / p50, 3), "sealed_p99_ms": round(s99, 2),
+                           "plain_p99_ms": round(p99, 2)})
+            say(f"clear round {r}: {rounds[-1]}")
+        for sealed, engine in engines.items():
+            assert engine.stats().cleared == len(samples[sealed])  # Invariant: every clear erased a conversation.
+    finally:
+        for engine in engines.values():
+            engine.close()
+    (s50, s99), (p50, p99) = percentiles(samples[True]), percentiles(samples[False])
+    return {"conversations": m, "clears": len(samples[True]), "rounds": rounds,
+            "sealed_p50_ms": round(s50, 2), "sealed_p99_ms": round(s99, 2),
+            "plain_p50_ms": round(p50, 2), "plain_p99_ms": round(p99, 2),
+            "p50_ratio": spread([x["p50_ratio"] for x in rounds])}
+
+
+# ------------------------------------------------------------------------------------- components
+
+def _best_us(fn: Callable[[], object], iterations: int) -> float:
+    """Best of 5 rounds, microseconds per call."""
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter_ns()
+        for _ in range(iterations):
+            fn()
+        best = min(best, (time.perf_counter_ns() - start) / iterations / 1000)
+    return round(best, 2)
+
+
+def _components(root: Path, quick: bool) -> dict[str, float]:
+    """The pieces a sealed record adds, each alone (µs per 2-message batch or per key operation)."""
+    iterations = 2_000 if quick else 20_000
+    b = batch("conv-components", "a-1")
+    plain = BatchAppended.of(b, 1)
+    framed_plain = event_bytes(b, 1)
+    with FileKeyStore(root / "components-keys") as keys:
+        key = keys.create(b.conversation_id)
+        sealed = seal_event(plain, key)
+        framed_sealed = encode_event(sealed)
+        n_new = 20 if quick else 100
+        start = time.perf_counter_ns()
+        for i in range(n_new):  # new conversations: a framed append + fsync (+ dir fsync on a new bucket)
+            keys.create(f"new-{i}")
+        create_us = (time.perf_counter_ns() - start) / n_new / 1000
+        out = {
+            "encode_plain_us": _best_us(lambda: encode_event(BatchAppended.of(b, 1)), iterations),
+            "seal_event_us": _best_us(lambda: seal_event(plain, key), iterations),
+            "encode_sealed_us": _best_us(lambda: encode_event(seal_event(BatchAppended.of(b, 1), key)), iterations),
+            "decode_plain_us": _best_us(lambda: decode_event(framed_plain), iterations),
+            "decode_sealed_us": _best_us(lambda: decode_event(framed_sealed), iterations),
+            "open_event_us": _best_us(lambda: open_event(sealed, key), iterations),
+            "digest_us": _best_us(lambda: digest_of(plain.messages), iterations),
+            "key_lookup_us": _best_us(lambda: keys.get(b.conversation_id, key.key_id), iterations),
+            "key_create_known_us": _best_us(lambda: keys.create(b.conversation_id), iterations),
+            "key_create_new_us": round(create_us, 1),
+        }
+    return out
+
+
+# ------------------------------------------------------------------------------------------- run
+
+def run(quick: bool = False, progress: bool = True, sizes: Sizes | None = None) -> dict[str, Any]:
+    sizes = sizes or Sizes.of(quick)
+
+    def say(line: str) -> None:
+        if progress:
+            print(f"  {line}", file=sys.stderr, flush=True)
+
+    root = Path(tempfile.mkdtemp(prefix="histlog-bench-erasure-", dir=os.environ.get("HISTLOG_BENCH_DIR")))
+    try:
+        result: dict[str, Any] = {"bench": "erasure", "rounds": sizes.rounds, "goal_ratio": GOAL,
+                                  "components": _components(root, quick)}
+        result["appends"] = _appends(root, sizes, say)
+        result["replay"] = _replay(root, sizes, say)
+        result["clear"] = _clears(root, sizes, say)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return result
+
+
+def _ratio(s: dict[str, float]) -> str:
+    return f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
+
+
+def _rows(result: dict[str, Any]) -> Iterator[tuple[str, str, str, str, str]]:
+    """(case, sealed, plain, sealed/plain median (min-max), CPU µs per append sealed/plain)."""
+    for a in result["appends"]:
+        yield (f"appends/s, {a['writers']} writer{'s' if a['writers'] > 1 else ''}, "
+               f"{'new conversation each' if a['shape'] == 'new' else 'reused conversations'}",
+               str(a["sealed_per_s"]), str(a["plain_per_s"]), _ratio(a["rate_ratio"]),
+               f"{a['sealed_cpu_us']} / {a['plain_cpu_us']} ({_ratio(a['cpu_ratio'])})")
+    r = result["replay"]
+    yield (f"replay records/s ({r['records']} records, rebuild=True)", str(r["sealed_per_s"]), str(r["plain_per_s"]),
+           _ratio(r["rate_ratio"]), "")
+    c = result["clear"]
+    yield (f"clear p50 / p99 ms ({c['conversations']} conversations)", f"{c['sealed_p50_ms']} / {c['sealed_p99_ms']}",
+           f"{c['plain_p50_ms']} / {c['plain_p99_ms']}", _ratio(c["p50_ratio"]) + " (p50)", "")
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = [f"sealed vs plain, same run, {result['rounds']} interleaved rounds; ratio = sealed/plain, "
+             f"median (min-max); goal >= {result['goal_ratio']} for rates",
+             f"  {'case':58} {'sealed':>13} {'plain':>13} {'ratio':>17}  CPU µs/append sealed / plain (ratio)"]
+    for case, s, p, ratio, cpu in _rows(result):
+        lines.append(f"  {case:58} {s:>13} {p:>13} {ratio:>17}  {cpu}")
+    lines.append("components (µs; key_create_new = one new conversation's key, fsynced)")
+    lines.append("  " + ", ".join(f"{k.removesuffix('_us')} {v}" for k, v in result["components"].items()))
+    return "\n".join(lines)
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The README's table: one row per case."""
+    out = ["| case | sealed | plain | sealed/plain, median (min-max) | CPU µs per append, sealed / plain (ratio) |",
+           "|---|---:|---:|---:|---:|"]
+    out += [f"| {case} | {s} | {p} | {ratio} | {cpu or '-'} |" for case, s, p, ratio, cpu in _rows(result)]
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    result = run(quick="--quick" in args)
+    print(report(result))
+    print()
+    print(markdown(result))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    print(f"\nresults: {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
