@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -47,6 +48,7 @@ from typing import Any
 from bench.common import Run, batch, event_bytes, percentiles, run_measured
 from engine import HistoryEngine
 from engine.keys import FileKeyStore
+from engine.keys.files import BUCKETS, bucket_of
 from engine.log.base import record_key
 from engine.log.file import FileLog
 from schemas.canonical import digest_of
@@ -75,7 +77,7 @@ class Sizes:
     def of(cls, quick: bool) -> Sizes:
         if quick:
             return cls(2, {1: 60, 16: 320, 64: 640}, 4_000, 300, 15)
-        return cls(3, {1: 300, 16: 1_600, 64: 3_200}, 40_000, 2_000, 60)
+        return cls(5, {1: 500, 16: 1_600, 64: 3_200}, 40_000, 2_000, 60)
 
 
 def _order(r: int) -> tuple[bool, bool]:
@@ -95,22 +97,56 @@ def spread(values: list[float]) -> dict[str, float]:
 
 # ---------------------------------------------------------------------------------------- appends
 
-def _append_run(where: Path, sealed: bool, writers: int, total: int, shape: str) -> Run:
-    """One timed run of durable appends on a fresh engine directory."""
+@dataclass(frozen=True, slots=True)
+class _Measured:
+    """One timed run: the driver's ``Run``, the process's user and system CPU µs per append
+    (``getrusage`` over the same window), and the log's records per fsync (its group commit)."""
+
+    run: Run
+    user_us: float
+    sys_us: float
+    per_fsync: float
+
+
+def _warm_conversations() -> list[str]:
+    """One conversation id per key-store bucket (all 256): a warm-up appends a turn to each, so a
+    timed first append pays what a key store in use pays (its bucket file exists: no directory
+    fsync), not the first-open cost of a fresh one (``components`` measures that one apart)."""
+    by_bucket: dict[int, str] = {}
+    j = 0
+    while len(by_bucket) < BUCKETS:
+        by_bucket.setdefault(bucket_of(f"warm-{j}"), f"warm-{j}")
+        j += 1
+    return [by_bucket[b] for b in range(BUCKETS)]
+
+
+def _append_run(where: Path, sealed: bool, writers: int, total: int, shape: str) -> _Measured:
+    """One timed run of durable appends on a fresh engine directory, after an untimed warm-up:
+    ``new``, a turn to a conversation of every key-store bucket; ``reused``, a turn to each
+    writer's conversations."""
     per_thread = max(total // writers, 1)
     if shape == "new":
+        warm = _warm_conversations()
         batches = [[batch(f"n-{t}-{i}", f"a-{t}-{i}") for i in range(per_thread)] for t in range(writers)]
     else:
+        warm = [f"r-{t}-{k}" for t in range(writers) for k in range(REUSED_PER_WRITER)]
         batches = [[batch(f"r-{t}-{i % REUSED_PER_WRITER}", f"a-{t}-{i}") for i in range(per_thread)]
                    for t in range(writers)]
     with HistoryEngine.open(where, seal=sealed) as engine:
-        if shape == "reused":  # every conversation holds a turn (and, sealed, its key) before the clock
-            run_measured(writers, REUSED_PER_WRITER, lambda t, i: engine.append(batch(f"r-{t}-{i}", f"w-{t}-{i}")))
+        lanes = 16
+        run_measured(lanes, -(-len(warm) // lanes),
+                     lambda t, i: engine.append(batch(warm[t + i * lanes], f"w-{t}-{i}")) if t + i * lanes < len(warm)
+                     else None)
+        log = engine._log  # the log's own counters: the group commit a rate hides
+        fsyncs_before = log.stats().fsyncs if isinstance(log, FileLog) else 0
+        before = resource.getrusage(resource.RUSAGE_SELF)
         run = run_measured(writers, per_thread, lambda t, i: engine.append(batches[t][i]))
-        stats = engine.stats()
-        warm = writers * REUSED_PER_WRITER if shape == "reused" else 0
-        assert stats.accepted == warm + writers * per_thread  # Invariant: every append was accepted.
-    return run
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        fsyncs = (log.stats().fsyncs if isinstance(log, FileLog) else 0) - fsyncs_before
+        assert engine.stats().accepted == len(warm) + writers * per_thread  # Invariant: every append was accepted.
+    calls = writers * per_thread
+    return _Measured(run, (after.ru_utime - before.ru_utime) * 1e6 / calls,
+                     (after.ru_stime - before.ru_stime) * 1e6 / calls, calls / fsyncs if fsyncs else 0.0)
 
 
 def _appends(root: Path, sizes: Sizes, say: Callable[[str], None]) -> list[dict[str, Any]]:
@@ -119,24 +155,27 @@ def _appends(root: Path, sizes: Sizes, say: Callable[[str], None]) -> list[dict[
         for writers, total in sizes.appends.items():
             rounds: list[dict[str, float]] = []
             for r in range(sizes.rounds):
-                got: dict[bool, Run] = {}
+                got: dict[bool, _Measured] = {}
                 for sealed in _order(r):
                     where = root / f"app-{shape}-{writers}-{r}-{_label(sealed)}"
                     got[sealed] = _append_run(where, sealed, writers, total, shape)
                     shutil.rmtree(where, ignore_errors=True)
-                s, p = got[True], got[False]
-                rounds.append({"sealed_per_s": round(s.per_s), "plain_per_s": round(p.per_s),
-                               "rate_ratio": round(s.per_s / p.per_s, 3),
-                               "sealed_cpu_us": round(s.cpu_us_per_op, 1), "plain_cpu_us": round(p.cpu_us_per_op, 1),
-                               "cpu_ratio": round(s.cpu_us_per_op / p.cpu_us_per_op, 3),
-                               "sealed_ctx": round(s.switches_per_op, 2), "plain_ctx": round(p.switches_per_op, 2)})
-                say(f"appends {shape} w={writers} round {r}: {rounds[-1]}")
+                row: dict[str, float] = {}
+                for sealed, m in got.items():
+                    name = _label(sealed)
+                    row |= {f"{name}_per_s": round(m.run.per_s), f"{name}_cpu_us": round(m.run.cpu_us_per_op, 1),
+                            f"{name}_user_us": round(m.user_us, 1), f"{name}_sys_us": round(m.sys_us, 1),
+                            f"{name}_ctx": round(m.run.switches_per_op, 2),
+                            f"{name}_appends_per_fsync": round(m.per_fsync, 2)}
+                s, p = got[True].run, got[False].run
+                row |= {"rate_ratio": round(s.per_s / p.per_s, 3),
+                        "cpu_ratio": round(s.cpu_us_per_op / p.cpu_us_per_op, 3)}
+                rounds.append(row)
+                say(f"appends {shape} w={writers} round {r}: {row}")
+            medians = {k: round(statistics.median(x[k] for x in rounds), 1) for k in rounds[0]
+                       if not k.endswith("_ratio")}
             out.append({"shape": shape, "writers": writers, "appends": writers * max(total // writers, 1),
-                        "rounds": rounds,
-                        "sealed_per_s": round(statistics.median(x["sealed_per_s"] for x in rounds)),
-                        "plain_per_s": round(statistics.median(x["plain_per_s"] for x in rounds)),
-                        "sealed_cpu_us": round(statistics.median(x["sealed_cpu_us"] for x in rounds), 1),
-                        "plain_cpu_us": round(statistics.median(x["plain_cpu_us"] for x in rounds), 1),
+                        "rounds": rounds, **medians,
                         "rate_ratio": spread([x["rate_ratio"] for x in rounds]),
                         "cpu_ratio": spread([x["cpu_ratio"] for x in rounds])})
     return out
@@ -253,10 +292,17 @@ def _components(root: Path, quick: bool) -> dict[str, float]:
         sealed = seal_event(plain, key)
         framed_sealed = encode_event(sealed)
         n_new = 20 if quick else 100
+        first = [c for c in _warm_conversations() if c != b.conversation_id][:n_new]
         start = time.perf_counter_ns()
-        for i in range(n_new):  # new conversations: a framed append + fsync (+ dir fsync on a new bucket)
-            keys.create(f"new-{i}")
-        create_us = (time.perf_counter_ns() - start) / n_new / 1000
+        for c in first:  # a bucket file's first key: a framed append + fsync + the directory's fsync
+            keys.create(c)
+        create_bucket_us = (time.perf_counter_ns() - start) / len(first) / 1000
+        existing = {bucket_of(c) for c in first}
+        later = [c for c in (f"new-{j}" for j in range(100 * n_new)) if bucket_of(c) in existing][:n_new]
+        start = time.perf_counter_ns()
+        for c in later:  # a new conversation once its bucket exists: a framed append + fsync
+            keys.create(c)
+        create_us = (time.perf_counter_ns() - start) / len(later) / 1000
         out = {
             "encode_plain_us": _best_us(lambda: encode_event(BatchAppended.of(b, 1)), iterations),
             "seal_event_us": _best_us(lambda: seal_event(plain, key), iterations),
@@ -268,7 +314,41 @@ def _components(root: Path, quick: bool) -> dict[str, float]:
             "key_lookup_us": _best_us(lambda: keys.get(b.conversation_id, key.key_id), iterations),
             "key_create_known_us": _best_us(lambda: keys.create(b.conversation_id), iterations),
             "key_create_new_us": round(create_us, 1),
+            "key_create_new_bucket_us": round(create_bucket_us, 1),
         }
+    # What a sealed record adds to the CPU of one append, summed from the pieces: the writer's seal
+    # + v3 encode and key lookup, the projector's v3 decode, open (and digest) and key lookup.
+    out["sealed_extra_per_record_us"] = round(
+        out["encode_sealed_us"] - out["encode_plain_us"] + out["key_create_known_us"]
+        + out["decode_sealed_us"] - out["decode_plain_us"] + out["open_event_us"] + out["key_lookup_us"], 1)
+    out |= _fsync_ceiling(root, 20 if quick else 40)
+    return out
+
+
+def _fsync_ceiling(root: Path, per_thread: int) -> dict[str, float]:
+    """Appends + fsyncs per second of 100 bytes by 1 thread to one file, and by 16 threads each to
+    its own file at once (the file system merges concurrent fsyncs into shared journal commits):
+    what a key store whose creates did not wait for each other's fsync could reach."""
+    out: dict[str, float] = {}
+    for threads in (1, 16):
+        paths = [root / f"fsync-{threads}-{i}" for i in range(threads)]
+
+        def work(path: Path) -> None:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                for _ in range(per_thread):
+                    os.write(fd, b"x" * 100)
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+
+        for path in paths:  # the files exist before the clock: no directory fsync inside
+            path.touch()
+        def one(t: int, i: int, ps: list[Path] = paths) -> None:
+            work(ps[t])
+
+        run = run_measured(threads, 1, one)
+        out[f"fsync_{threads}_files_per_s"] = round(run.per_s * per_thread)
     return out
 
 
@@ -302,8 +382,8 @@ def _rows(result: dict[str, Any]) -> Iterator[tuple[str, str, str, str, str]]:
     for a in result["appends"]:
         yield (f"appends/s, {a['writers']} writer{'s' if a['writers'] > 1 else ''}, "
                f"{'new conversation each' if a['shape'] == 'new' else 'reused conversations'}",
-               str(a["sealed_per_s"]), str(a["plain_per_s"]), _ratio(a["rate_ratio"]),
-               f"{a['sealed_cpu_us']} / {a['plain_cpu_us']} ({_ratio(a['cpu_ratio'])})")
+               str(round(a["sealed_per_s"])), str(round(a["plain_per_s"])), _ratio(a["rate_ratio"]),
+               f"{round(a['sealed_cpu_us'])} / {round(a['plain_cpu_us'])} ({_ratio(a['cpu_ratio'])})")
     r = result["replay"]
     yield (f"replay records/s ({r['records']} records, rebuild=True)", str(r["sealed_per_s"]), str(r["plain_per_s"]),
            _ratio(r["rate_ratio"]), "")
@@ -318,8 +398,19 @@ def report(result: dict[str, Any]) -> str:
              f"  {'case':58} {'sealed':>13} {'plain':>13} {'ratio':>17}  CPU µs/append sealed / plain (ratio)"]
     for case, s, p, ratio, cpu in _rows(result):
         lines.append(f"  {case:58} {s:>13} {p:>13} {ratio:>17}  {cpu}")
-    lines.append("components (µs; key_create_new = one new conversation's key, fsynced)")
+    lines.append("cost per append, medians: user + system CPU µs, context switches, log appends per fsync "
+                 "(sealed | plain)")
+    for a in result["appends"]:
+        cost = [f"{a[f'{n}_user_us']:.0f} + {a[f'{n}_sys_us']:.0f} µs, {a[f'{n}_ctx']} ctx, "
+                f"{a[f'{n}_appends_per_fsync']}/fsync" for n in ("sealed", "plain")]
+        lines.append(f"  {a['shape']:>6} {a['writers']:>2} writers: {cost[0]:34} | {cost[1]}")
+    lines.append("components (µs; key_create_new: a new conversation's key, fsynced; _bucket: its bucket's "
+                 "first, + a directory fsync)")
     lines.append("  " + ", ".join(f"{k.removesuffix('_us')} {v}" for k, v in result["components"].items()))
+    deltas = [f"{a['writers']}: {a['sealed_cpu_us'] - a['plain_cpu_us']:+.0f}" for a in result["appends"]
+              if a["shape"] == "reused"]
+    lines.append(f"  sealed CPU µs per append minus plain, reused conversations, by writers: {', '.join(deltas)} "
+                 f"(the pieces sum to {result['components']['sealed_extra_per_record_us']})")
     return "\n".join(lines)
 
 

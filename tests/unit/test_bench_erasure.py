@@ -27,11 +27,14 @@ def test_a_tiny_run_measures_every_case_for_both_engines() -> None:
             assert r["sealed_per_s"] > 0 and r["plain_per_s"] > 0 and r["sealed_cpu_us"] > 0
             # The ratio is of the two rates of the same round (rounded rates: within a rounding error).
             assert abs(r["rate_ratio"] - r["sealed_per_s"] / r["plain_per_s"]) < 0.01 * r["rate_ratio"] + 0.002
+            assert r["sealed_appends_per_fsync"] >= 1 and r["plain_appends_per_fsync"] >= 1  # read from the log
         ratios = [r["rate_ratio"] for r in a["rounds"]]
         assert a["rate_ratio"]["min"] == min(ratios) and a["rate_ratio"]["max"] == max(ratios)
     assert result["replay"]["records"] == 200 and len(result["replay"]["rounds"]) == 2
     assert result["clear"]["clears"] == 6  # 3 per round, each a different conversation
-    assert result["components"]["key_create_new_us"] > result["components"]["key_lookup_us"]
+    parts = result["components"]
+    assert parts["key_create_new_us"] > parts["key_lookup_us"]  # an fsync against a dict lookup
+    assert parts["key_create_new_bucket_us"] > parts["key_lookup_us"]
     table = be.markdown(result).splitlines()
     assert len(table) == 2 + 4 + 2  # header, rule, four append rows, replay, clear
     assert "| appends/s, 4 writers, new conversation each |" in table[3]
@@ -40,3 +43,10 @@ def test_a_tiny_run_measures_every_case_for_both_engines() -> None:
 
 def test_it_is_registered_with_the_others() -> None:
     assert "erasure" in NAMES
+
+
+def test_the_warm_up_reaches_every_key_store_bucket() -> None:
+    from engine.keys.files import BUCKETS, bucket_of
+
+    warm = be._warm_conversations()
+    assert sorted(bucket_of(c) for c in warm) == list(range(BUCKETS))
