@@ -8,13 +8,15 @@ Cases (every one reports sealed/plain ratios per round, and their median, min an
 * **durable appends/s** (``fsync="always"``, 2-message turns, ``bench.common.batch``) at 1, 16
   and 64 writer threads, each writer on its own conversations, batches built before the clock
   starts, with the process's **CPU µs and context switches per append** (``getrusage`` over
-  the same window, ``bench.common.run_measured``). Two shapes:
+  the same window, ``bench.common.run_measured``). Three shapes:
 
   - ``new``: every append starts a new conversation, so every sealed append first creates the
     conversation's data key (``FileKeyStore.create``: one framed append + fsync of the key
     store, + a directory fsync while its bucket file is new) before its log append;
   - ``reused``: each writer appends to 8 conversations that already hold a turn (their keys
-    exist before the clock starts): the sealed cost is a key lookup and the seal only.
+    exist before the clock starts): the sealed cost is a key lookup and the seal only;
+  - ``turns10``: the engine benchmark's workload (``bench.common.conversation``: 10 turns per
+    conversation, so one append in 10 creates a key).
 
 * **replay** (records/s): ``open(dir, rebuild=True)`` over a log of N 2-message batches on 1,000
   conversations, written sealed (under the key store's keys) or plain.
@@ -45,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import Run, batch, event_bytes, percentiles, run_measured
+from bench.common import Run, batch, conversation, event_bytes, percentiles, run_measured
 from engine import HistoryEngine
 from engine.keys import FileKeyStore
 from engine.keys.files import BUCKETS, bucket_of
@@ -60,6 +62,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "erasure.json"
 GOAL = 0.85
 """Sealed within 15% of plain: a sealed/plain rate ratio >= 0.85 (a CPU ratio <= 1.15)."""
 REUSED_PER_WRITER = 8
+SHAPES = ("new", "turns10", "reused")
+_SHAPE_LABELS = {"new": "new conversation each", "turns10": "10 turns per conversation",
+                 "reused": "reused conversations"}
 REPLAY_CONVERSATIONS = 1000
 
 
@@ -128,6 +133,9 @@ def _append_run(where: Path, sealed: bool, writers: int, total: int, shape: str)
     if shape == "new":
         warm = _warm_conversations()
         batches = [[batch(f"n-{t}-{i}", f"a-{t}-{i}") for i in range(per_thread)] for t in range(writers)]
+    elif shape == "turns10":
+        warm = _warm_conversations()
+        batches = [[batch(conversation(t, i), f"a-{t}-{i}") for i in range(per_thread)] for t in range(writers)]
     else:
         warm = [f"r-{t}-{k}" for t in range(writers) for k in range(REUSED_PER_WRITER)]
         batches = [[batch(f"r-{t}-{i % REUSED_PER_WRITER}", f"a-{t}-{i}") for i in range(per_thread)]
@@ -151,7 +159,7 @@ def _append_run(where: Path, sealed: bool, writers: int, total: int, shape: str)
 
 def _appends(root: Path, sizes: Sizes, say: Callable[[str], None]) -> list[dict[str, Any]]:
     out = []
-    for shape in ("new", "reused"):
+    for shape in SHAPES:
         for writers, total in sizes.appends.items():
             rounds: list[dict[str, float]] = []
             for r in range(sizes.rounds):
@@ -381,7 +389,7 @@ def _rows(result: dict[str, Any]) -> Iterator[tuple[str, str, str, str, str]]:
     """(case, sealed, plain, sealed/plain median (min-max), CPU µs per append sealed/plain)."""
     for a in result["appends"]:
         yield (f"appends/s, {a['writers']} writer{'s' if a['writers'] > 1 else ''}, "
-               f"{'new conversation each' if a['shape'] == 'new' else 'reused conversations'}",
+               f"{_SHAPE_LABELS[a['shape']]}",
                str(round(a["sealed_per_s"])), str(round(a["plain_per_s"])), _ratio(a["rate_ratio"]),
                f"{round(a['sealed_cpu_us'])} / {round(a['plain_cpu_us'])} ({_ratio(a['cpu_ratio'])})")
     r = result["replay"]
@@ -403,7 +411,7 @@ def report(result: dict[str, Any]) -> str:
     for a in result["appends"]:
         cost = [f"{a[f'{n}_user_us']:.0f} + {a[f'{n}_sys_us']:.0f} µs, {a[f'{n}_ctx']} ctx, "
                 f"{a[f'{n}_appends_per_fsync']}/fsync" for n in ("sealed", "plain")]
-        lines.append(f"  {a['shape']:>6} {a['writers']:>2} writers: {cost[0]:34} | {cost[1]}")
+        lines.append(f"  {a['shape']:>7} {a['writers']:>2} writers: {cost[0]:34} | {cost[1]}")
     lines.append("components (µs; key_create_new: a new conversation's key, fsynced; _bucket: its bucket's "
                  "first, + a directory fsync)")
     lines.append("  " + ", ".join(f"{k.removesuffix('_us')} {v}" for k, v in result["components"].items()))

@@ -19,8 +19,8 @@ def test_spread_is_the_median_min_and_max() -> None:
 def test_a_tiny_run_measures_every_case_for_both_engines() -> None:
     sizes = be.Sizes(rounds=2, appends={1: 4, 4: 8}, replay_records=200, clear_conversations=32, clears_per_round=3)
     result = be.run(progress=False, sizes=sizes)
-    assert [(a["shape"], a["writers"]) for a in result["appends"]] == [("new", 1), ("new", 4), ("reused", 1),
-                                                                        ("reused", 4)]
+    assert [(a["shape"], a["writers"]) for a in result["appends"]] == [
+        (shape, writers) for shape in ("new", "turns10", "reused") for writers in (1, 4)]
     for a in result["appends"]:
         assert len(a["rounds"]) == 2
         for r in a["rounds"]:
@@ -36,7 +36,7 @@ def test_a_tiny_run_measures_every_case_for_both_engines() -> None:
     assert parts["key_create_new_us"] > parts["key_lookup_us"]  # an fsync against a dict lookup
     assert parts["key_create_new_bucket_us"] > parts["key_lookup_us"]
     table = be.markdown(result).splitlines()
-    assert len(table) == 2 + 4 + 2  # header, rule, four append rows, replay, clear
+    assert len(table) == 2 + 6 + 2  # header, rule, six append rows, replay, clear
     assert "| appends/s, 4 writers, new conversation each |" in table[3]
     assert be.report(result).count("\n") >= 8
 
