@@ -25,7 +25,19 @@ Cases (every one reports sealed/plain ratios per round, and their median, min an
   + a bucket rewrite of the key store).
 * **components** (µs, best of 5, same run): what a sealed record adds and where: ``seal_event``,
   ``open_event`` (includes the in-memory ``sha256`` digest), the digest alone, a known key's
-  lookup, and a new key's ``create`` (its fsyncs), beside today's ``encode_event`` / ``decode_event``.
+  lookup, and a new key's ``create`` (its fsyncs), beside today's ``encode_event`` / ``decode_event``;
+  and the fsync ceiling: 1 thread on one file vs 16 threads on 16 files at once.
+* **in situ** (thread CPU µs per append, reused conversations, 16 writers): the same pieces timed
+  inside a running engine (wrapped where the write path and the projector call them, for that run
+  only), where they run once per append between fsyncs and cost 2-5x their hot-loop time.
+
+Measured (this shared 2-core box, 4 runs of 5 rounds, 2026-12-01; ratios sealed/plain, medians):
+reused conversations 0.75-0.88 appends/s (CPU per append x1.2-1.5, +80-150 µs, of which the in-situ
+pieces, seal ~45 + open ~25 + v3 encode/decode ~25 + key lookups ~7, explain about 70%); the
+engine benchmark's 10 turns per conversation 0.55-0.79; a new conversation per append 0.28-0.60: its
+key's ``create`` holds the key store's lock across its fsync, so creators queue one fsync at a time
+and the log's group commit falls from 6-18 appends per fsync to 1.0-1.2. Replay 0.78-0.96; clear
+p50 0.93-1.10 (compaction dominates). The 15% goal is met by replay and clear only.
 
 ``python -m bench.bench_erasure [--quick]`` prints a table (and a markdown one for the README) and
 writes ``bench/results/erasure.json``; ``histlog bench erasure`` runs it with the others. The goal
@@ -125,7 +137,8 @@ def _warm_conversations() -> list[str]:
     return [by_bucket[b] for b in range(BUCKETS)]
 
 
-def _append_run(where: Path, sealed: bool, writers: int, total: int, shape: str) -> _Measured:
+def _append_run(where: Path, sealed: bool, writers: int, total: int, shape: str,
+                before_clock: Callable[[], None] = lambda: None) -> _Measured:
     """One timed run of durable appends on a fresh engine directory, after an untimed warm-up:
     ``new``, a turn to a conversation of every key-store bucket; ``reused``, a turn to each
     writer's conversations."""
@@ -147,6 +160,7 @@ def _append_run(where: Path, sealed: bool, writers: int, total: int, shape: str)
                      else None)
         log = engine._log  # the log's own counters: the group commit a rate hides
         fsyncs_before = log.stats().fsyncs if isinstance(log, FileLog) else 0
+        before_clock()
         before = resource.getrusage(resource.RUSAGE_SELF)
         run = run_measured(writers, per_thread, lambda t, i: engine.append(batches[t][i]))
         after = resource.getrusage(resource.RUSAGE_SELF)
@@ -360,6 +374,58 @@ def _fsync_ceiling(root: Path, per_thread: int) -> dict[str, float]:
     return out
 
 
+# ---------------------------------------------------------------------------------------- in situ
+
+_PIECES = (("engine.writes", "seal_event"), ("engine.writes", "encode_event"),
+           ("projections.admission", "decode_event"), ("projections.admission", "open_content"),
+           ("projections.admission", "event_batch"))
+
+
+def _in_situ(root: Path, writers: int, total: int, rounds: int) -> dict[str, Any]:
+    """Thread CPU µs per append of each piece as the engine runs it (reused conversations,
+    ``fsync="always"``): the functions the write path and the projector call, wrapped in the
+    modules that call them for the run, then restored; keys: ``FileKeyStore.create`` / ``get``.
+    In a loop (``components``) the pieces run hot; here they run once per append between sleeps
+    on an fsync, and cost more."""
+    import importlib
+    import threading
+
+    spent: dict[bool, dict[str, float]] = {True: {}, False: {}}
+    lock = threading.Lock()
+    acc: dict[str, int] = {}
+
+    def wrapped(label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.thread_time_ns()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                with lock:
+                    acc[label] = acc.get(label, 0) + time.thread_time_ns() - started
+        return timed
+
+    targets: list[tuple[Any, str, str]] = [(importlib.import_module(m), name, f"{name}") for m, name in _PIECES]
+    targets += [(FileKeyStore, "create", "keys.create"), (FileKeyStore, "get", "keys.get")]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in targets]
+    try:
+        for (owner, name, label), (_, _, fn) in zip(targets, originals, strict=True):
+            setattr(owner, name, wrapped(label, fn))
+        for r in range(rounds):
+            for sealed in _order(r):
+                m = _append_run(root / f"insitu-{r}-{_label(sealed)}", sealed, writers, total, "reused", acc.clear)
+                shutil.rmtree(root / f"insitu-{r}-{_label(sealed)}", ignore_errors=True)
+                calls = writers * max(total // writers, 1)
+                for label, ns in acc.items():
+                    spent[sealed].setdefault(label, 0.0)
+                    spent[sealed][label] += ns / 1000 / calls / rounds
+                spent[sealed]["cpu_us"] = spent[sealed].get("cpu_us", 0.0) + m.run.cpu_us_per_op / rounds
+    finally:
+        for owner, name, fn in originals:
+            setattr(owner, name, fn)
+    return {"writers": writers, "appends": total, **{f"{_label(sealed)}_{k}_us": round(v, 1)
+                                                     for sealed, d in spent.items() for k, v in sorted(d.items())}}
+
+
 # ------------------------------------------------------------------------------------------- run
 
 def run(quick: bool = False, progress: bool = True, sizes: Sizes | None = None) -> dict[str, Any]:
@@ -376,6 +442,8 @@ def run(quick: bool = False, progress: bool = True, sizes: Sizes | None = None) 
         result["appends"] = _appends(root, sizes, say)
         result["replay"] = _replay(root, sizes, say)
         result["clear"] = _clears(root, sizes, say)
+        w = 16 if 16 in sizes.appends else max(sizes.appends)
+        result["in_situ"] = _in_situ(root, w, sizes.appends[w], 2)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return result
@@ -417,6 +485,10 @@ def report(result: dict[str, Any]) -> str:
     lines.append("  " + ", ".join(f"{k.removesuffix('_us')} {v}" for k, v in result["components"].items()))
     deltas = [f"{a['writers']}: {a['sealed_cpu_us'] - a['plain_cpu_us']:+.0f}" for a in result["appends"]
               if a["shape"] == "reused"]
+    situ = result["in_situ"]
+    lines.append(f"in situ, reused, {situ['writers']} writers (thread CPU µs per append, sealed | plain): "
+                 + ", ".join(f"{k.removeprefix('sealed_').removesuffix('_us')} {v} | {situ.get('plain_' + k[7:], '-')}"
+                             for k, v in situ.items() if k.startswith("sealed_")))
     lines.append(f"  sealed CPU µs per append minus plain, reused conversations, by writers: {', '.join(deltas)} "
                  f"(the pieces sum to {result['components']['sealed_extra_per_record_us']})")
     return "\n".join(lines)
