@@ -31,13 +31,13 @@ Cases (every one reports sealed/plain ratios per round, and their median, min an
   inside a running engine (wrapped where the write path and the projector call them, for that run
   only), where they run once per append between fsyncs and cost 2-5x their hot-loop time.
 
-Measured (this shared 2-core box, 4 runs of 5 rounds, 2026-12-01; ratios sealed/plain, medians):
-reused conversations 0.75-0.88 appends/s (CPU per append x1.2-1.5, +80-150 µs, of which the in-situ
-pieces, seal ~45 + open ~25 + v3 encode/decode ~25 + key lookups ~7, explain about 70%); the
-engine benchmark's 10 turns per conversation 0.55-0.79; a new conversation per append 0.28-0.60: its
-key's ``create`` holds the key store's lock across its fsync, so creators queue one fsync at a time
-and the log's group commit falls from 6-18 appends per fsync to 1.0-1.2. Replay 0.78-0.96; clear
-p50 0.93-1.10 (compaction dominates). The 15% goal is met by replay and clear only.
+Measured (this shared 2-core box, 6 runs of 3-5 rounds, 2026-12-01; ratios sealed/plain, medians):
+reused conversations 0.64-1.04 appends/s, mostly 0.73-0.90 (CPU per append x1.3-1.6, +50-155 µs, of
+which the in-situ pieces, seal 35-44 + open 22-25 + v3 encode and decode +25 + key lookups 6-7 µs,
+explain 60-70%); the engine benchmark's 10 turns per conversation 0.55-0.79; a new conversation per
+append 0.23-0.60: its key's ``create`` holds the key store's lock across its fsync, so creators
+queue one fsync at a time and the log's group commit falls from 6-18 appends per fsync to 1.0-1.2.
+Replay 0.78-0.96; clear p50 0.93-1.10 (its compaction dominates). The 15% goal is met by replay and clear only.
 
 ``python -m bench.bench_erasure [--quick]`` prints a table (and a markdown one for the README) and
 writes ``bench/results/erasure.json``; ``histlog bench erasure`` runs it with the others. The goal
