@@ -122,7 +122,11 @@ class FileKeyStore:
         self._path = Path(path)
         self._master = master
         self._read_only = read_only
-        self._mutex = threading.Lock()
+        self._mutex = threading.Lock()  # the in-memory maps (a create writes its file without it)
+        # One writer per bucket file at a time, so a bucket's frames are fsynced in the order they
+        # are written (a crash tears at most its last frame) while creates of different buckets,
+        # the common case, write and fsync in parallel.
+        self._bucket_locks = [threading.Lock() for _ in range(BUCKETS)]
         self._keys: dict[str, list[DataKey]] = {}
         self._erased: set[str] = set()
         self._failed = ""
@@ -234,17 +238,20 @@ class FileKeyStore:
                                    "(reopening completes the erasure)") from None
 
     def create(self, conversation_id: str) -> DataKey:
-        with self._mutex:
-            self._check()
-            if conversation_id in self._erased:
-                raise KeyErased(f"conversation {conversation_id!r} was erased: it never gets a key again",
-                                conversation_id=conversation_id)
-            keys = self._keys.get(conversation_id)
-            if keys:
-                return keys[0]
+        b = bucket_of(conversation_id)
+        with self._bucket_locks[b]:  # a creator of the same conversation waits here, then finds the key
+            with self._mutex:
+                self._check()
+                if conversation_id in self._erased:
+                    raise KeyErased(f"conversation {conversation_id!r} was erased: it never gets a key again",
+                                    conversation_id=conversation_id)
+                keys = self._keys.get(conversation_id)
+                if keys:
+                    return keys[0]
             key = DataKey.generate()
-            self._append(bucket_of(conversation_id), frame(encode_record(conversation_id, key, self._master)))
-            self._keys[conversation_id] = [key]
+            self._append(b, frame(encode_record(conversation_id, key, self._master)))  # fsynced: durable
+            with self._mutex:
+                self._keys[conversation_id] = [key]
             return key
 
     def get(self, conversation_id: str, key_id: str) -> DataKey:
@@ -265,9 +272,9 @@ class FileKeyStore:
                                   "restore it from a backup", where=str(self._path))
 
     def destroy(self, conversation_id: str) -> None:
-        with self._mutex:
+        b = bucket_of(conversation_id)
+        with self._bucket_locks[b], self._mutex:
             self._check()
-            b = bucket_of(conversation_id)
             if conversation_id not in self._erased:
                 self._append(b, frame(encode_record(conversation_id, None)))
                 self._erased.add(conversation_id)
