@@ -12,7 +12,9 @@ where each step runs.
   an enqueue; the group commit runs on the log's flusher thread). Kafka's ``send`` can block on
   metadata or a full buffer, so there the submit runs on the engine's bounded submit pool
   (``engine.writes.Writes.submitter``, ``SUBMIT_THREADS`` = 32 threads), holding a thread for
-  the send only, never for the acknowledgement.
+  the send only, never for the acknowledgement. So does the first append of a conversation
+  whose data key this engine does not hold yet (creating it fsyncs the key store, or asks Kafka:
+  ``Writes.submit_may_block``), and a clear.
 * the *wait* for the projector's decision holds no thread: it awaits ``Ticket.watch``, a future
   the projector resolves through ``call_soon_threadsafe`` after the step that decides the
   record is committed (or the log's error, at once, when the write fails). So 1,000 appends
@@ -80,6 +82,11 @@ def _release_abandoned(job: asyncio.Future[Submitted]) -> None:
             written.ticket.release()
 
 
+def _conversation_of(batch: object) -> str:
+    """The batch's conversation id ("" for what is no batch: its submit refuses it)."""
+    return str(batch.conversation_id) if isinstance(batch, Batch) else ""
+
+
 class AsyncHistoryEngine:
     """``HistoryEngine``'s methods as coroutines over one engine (which it does not own: close
     the engine yourself)."""
@@ -89,11 +96,11 @@ class AsyncHistoryEngine:
     def __init__(self, engine: HistoryEngine) -> None:
         self.engine = engine
 
-    async def _write(self, submit: Callable[[], Submitted]) -> Receipt | None:
-        """Run the submit (on the loop, or on a worker thread when producing may block), then
-        await the decision on the loop."""
+    async def _write(self, submit: Callable[[], Submitted], conversation_id: str) -> Receipt | None:
+        """Run the submit (on the loop, or on a worker thread when it may block: producing to
+        Kafka, a new conversation's key), then await the decision on the loop."""
         writes = self.engine._writes
-        if writes.inline_submit:
+        if not writes.submit_may_block(conversation_id):
             submitted = submit()
         else:
             job = asyncio.get_running_loop().run_in_executor(writes.submitter(), submit)
@@ -118,14 +125,17 @@ class AsyncHistoryEngine:
     # -- writes
     async def append(self, batch: Batch, timeout: float = 30.0, *,
                      expected_last: Receipt | Empty | None = None) -> Receipt:
-        return receipt_of(await self._write(lambda: self.engine._writes.submit_append(batch, timeout, expected_last)))
+        return receipt_of(await self._write(lambda: self.engine._writes.submit_append(batch, timeout, expected_last),
+                                            _conversation_of(batch)))
 
     async def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0) -> Receipt:
         writes = self.engine._writes
-        return receipt_of(await self._write(lambda: writes.submit_replace(batch, old_turn_id, reason, timeout)))
+        return receipt_of(await self._write(lambda: writes.submit_replace(batch, old_turn_id, reason, timeout),
+                                            _conversation_of(batch)))
 
     async def clear(self, conversation_id: str, timeout: float = 30.0) -> None:
-        await self._write(lambda: self.engine._writes.submit_clear(conversation_id, timeout))
+        await self._write(lambda: self.engine._writes.submit_clear(conversation_id, timeout),
+                          conversation_id if isinstance(conversation_id, str) else "")
 
     async def wait_applied(self, position: LogPosition, timeout: float = 30.0) -> None:
         if not self.engine._has_applied(position):

@@ -38,7 +38,8 @@ __all__ = ["SUBMIT_THREADS", "Submitted", "Writes", "Written", "receipt_of"]
 SUBMIT_THREADS = 32
 """At most this many threads run the submits of an event loop's writes (``engine.aio``) when the
 log's ``produce`` may block (Kafka): each for about one send; none waits for an acknowledgement
-or a decision. On FileLog the loop runs its submits itself and this pool is never made."""
+or a decision. On FileLog the loop runs its submits itself, except a new conversation's first
+append (its key is created with an fsync) and a clear."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,11 +178,13 @@ class Writes:
     def sealing(self) -> bool:
         return self._keys is not None
 
-    @property
-    def inline_submit(self) -> bool:
-        """Whether an event loop may run a submit itself: the log's ``produce`` never blocks
-        (FileLog, MemoryLog), so a submit is point reads of local state plus an enqueue."""
-        return not self._log.produce_may_block
+    def submit_may_block(self, conversation_id: str) -> bool:
+        """Whether a submit to ``conversation_id`` may block: the log's ``produce`` may (Kafka), or
+        its first append must create the conversation's key (an fsync, a Kafka round trip)."""
+        if self._log.produce_may_block:
+            return True
+        keys = self._keys
+        return keys is not None and not keys.known(conversation_id)
 
     def _produce(self, key: bytes, value: bytes, timeout: float, batch: Batch | None, what: str,
                  then: str) -> Written:

@@ -23,6 +23,7 @@ tests/integration/test_kafka_keys.py run the same cases):
   ``max.compaction.lag.ms``). A crash in between leaves the marker: the next ``destroy`` or
   open completes it, and ``get`` already answers ``KeyErased``.
 * ``list_keys(c=None)``: ``(conversation id, key id)`` of every live key, sorted.
+* ``known(c)``: whether ``create(c)`` answers from memory, with no I/O (an event loop may call it then).
 * ``erased(c)``: whether ``c`` was destroyed.
 
 Thread-safe. Key material never appears in errors, logs or reprs.
@@ -48,6 +49,8 @@ class KeyStore(Protocol):
     def destroy(self, conversation_id: str) -> None: ...
 
     def list_keys(self, conversation_id: str | None = None) -> list[tuple[str, str]]: ...
+
+    def known(self, conversation_id: str) -> bool: ...
 
     def erased(self, conversation_id: str) -> bool: ...
 

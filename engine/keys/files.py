@@ -294,6 +294,10 @@ class FileKeyStore:
             return sorted((c, k.key_id) for c, keys in self._keys.items() for k in keys
                           if conversation_id is None or c == conversation_id)
 
+    def known(self, conversation_id: str) -> bool:
+        with self._mutex:
+            return bool(self._keys.get(conversation_id)) and conversation_id not in self._erased
+
     def erased(self, conversation_id: str) -> bool:
         with self._mutex:
             return conversation_id in self._erased

@@ -158,6 +158,12 @@ class KafkaKeyStore:
 
     def create(self, conversation_id: str) -> DataKey:
         with self._lock:
+            known = self._keys.get(conversation_id)
+            if known and conversation_id not in self._markers:
+                # Answered from memory: no round trip per append. A destroy elsewhere not yet read
+                # here is harmless: content sealed under the key lands after the clear, which
+                # closed the conversation, and is refused as closed on every instance.
+                return known[0]
             self._catch_up()
             if conversation_id in self._markers:
                 raise KeyErased(f"conversation {conversation_id!r} was erased: it never gets a key again",
@@ -204,6 +210,10 @@ class KafkaKeyStore:
         with self._lock:
             return sorted((c, k.key_id) for c, keys in self._keys.items() for k in keys
                           if conversation_id is None or c == conversation_id)
+
+    def known(self, conversation_id: str) -> bool:
+        with self._lock:
+            return bool(self._keys.get(conversation_id)) and conversation_id not in self._markers
 
     def erased(self, conversation_id: str) -> bool:
         with self._lock:
