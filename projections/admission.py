@@ -160,7 +160,8 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         full.clear(tx, conv)
         tx.delete(keys.open_key(conv))
         tx.put(keys.conv_key(conv), keys.ConversationRow(closed=True).encode())
-        tx.put(keys.erasing_key(conv), b"")  # until its files are cleaned (projections.erasure)
+        if row is not None:  # it had rows: until its files are cleaned (projections.erasure)
+            tx.put(keys.erasing_key(conv), b"")
         if not want_event:
             return Decision(Outcome.CLEARED), None
         return Decision(Outcome.CLEARED), ClearEvent(conversation_id, position, time_of(event.created_at_ms))

@@ -7,7 +7,8 @@ cleanup that makes ``clear`` forget.
   when it does not open (poison), ``KeyStoreDamaged`` when the store never had the key (the
   projector stops: content is never skipped because a key store was lost).
 * ``complete``: what follows the commit of a ``ConversationCleared``, whose step deleted the
-  conversation's rows and wrote its ``E`` (erasing) row: destroy its keys, flush the memtable (so
+  conversation's rows and, if it had any, wrote its ``E`` (erasing) row: destroy its keys, then (for
+  a conversation with an ``E`` row only) flush the memtable (so
   the WAL that held its rows is retired), compact every key range its rows had (and the given
   custom projections' ranges) down to the last level, so no file of the state keeps the rows or
   their tombstones, then delete the ``E`` row. Each step is idempotent: a crash or an error in
@@ -61,14 +62,16 @@ def complete(store: StateStore, keys_: DataKeys | None, convs: Sequence[bytes],
              extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
     """Finish the erasure of ``convs`` (already closed, their rows deleted): see the module
     docstring. Raises what the key store or RocksDB raised; the ``E`` rows then stay."""
-    if not convs:
-        return
     if keys_ is not None:
         for conv in convs:
             keys_.destroy(conv.decode("utf-8"))
-    ranges = [r for conv in convs for r in keys.erasure_ranges(conv)]
-    store.compact([*ranges, *extra])
+    # Only a conversation that had rows has an E row and files to clean: a replay that meets
+    # a clear after its records were erased (their keys destroyed) wrote none, and compacts nothing.
+    dirty = [conv for conv in convs if store.get(keys.erasing_key(conv)) is not None]
+    if not dirty:
+        return
+    store.compact([*(r for conv in dirty for r in keys.erasure_ranges(conv)), *extra])
     tx = store.tx()
-    for conv in convs:
+    for conv in dirty:
         tx.delete(keys.erasing_key(conv))
     tx.commit()
