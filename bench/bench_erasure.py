@@ -60,7 +60,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import Run, batch, conversation, event_bytes, percentiles, run_measured
+from bench.common import Run, batch, best_us, conversation, event_bytes, percentiles, run_measured
 from engine import HistoryEngine
 from engine.keys import FileKeyStore
 from engine.keys.files import BUCKETS, bucket_of
@@ -294,14 +294,7 @@ def _clears(root: Path, sizes: Sizes, say: Callable[[str], None]) -> dict[str, A
 # ------------------------------------------------------------------------------------- components
 
 def _best_us(fn: Callable[[], object], iterations: int) -> float:
-    """Best of 5 rounds, microseconds per call."""
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter_ns()
-        for _ in range(iterations):
-            fn()
-        best = min(best, (time.perf_counter_ns() - start) / iterations / 1000)
-    return round(best, 2)
+    return round(best_us(fn, iterations), 2)
 
 
 def _components(root: Path, quick: bool) -> dict[str, float]:

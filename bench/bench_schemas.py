@@ -23,9 +23,9 @@ import hashlib
 import json
 import sys
 import time
-from collections.abc import Callable
 from typing import Any
 
+from bench.common import best_us
 from schemas import Batch, Message, RawJSON, ToolCallPart, ToolOutput, ToolResultPart
 from schemas.canonical import digest_of
 from schemas.events import BatchAppended, decode_event, encode_event, event_batch
@@ -70,15 +70,6 @@ def _plain(messages: list[Message]) -> list[Any]:
     return [json.loads(m.canonical_json()) for m in messages]
 
 
-def _time(fn: Callable[[], object], iterations: int) -> float:
-    """Best of 5 rounds, microseconds per call."""
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter_ns()
-        for _ in range(iterations):
-            fn()
-        best = min(best, (time.perf_counter_ns() - start) / iterations / 1000)
-    return best
 
 
 def _records(n: int, count: int) -> list[Any]:
@@ -137,11 +128,11 @@ def _bench(n: int, quick: bool) -> dict[str, float]:
     return {
         "event_batch_fast_us": fast_us,
         "event_batch_full_us": full_us,
-        "build_validate_us": _time(build, max(100, iterations // 4)),
-        "canonical_digest_cached_us": _time(cached, iterations),
-        "canonical_digest_full_us": _time(full, iterations),
-        "from_canonical_us": _time(from_canonical, max(100, iterations // 4)),
-        "baseline_json_dumps_sha256_us": _time(baseline, iterations),
+        "build_validate_us": best_us(build, max(100, iterations // 4)),
+        "canonical_digest_cached_us": best_us(cached, iterations),
+        "canonical_digest_full_us": best_us(full, iterations),
+        "from_canonical_us": best_us(from_canonical, max(100, iterations // 4)),
+        "baseline_json_dumps_sha256_us": best_us(baseline, iterations),
         "bytes": float(len(data)),
     }
 

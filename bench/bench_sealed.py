@@ -33,6 +33,7 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
+from bench.common import best_us
 from engine.keys import FileKeyStore
 from schemas import Batch, Message
 from schemas.events import BatchAppended, decode_event, encode_event, event_batch
@@ -50,15 +51,6 @@ def _batch(n: int) -> Batch:
     return Batch("conv-bench", "append-1", messages)
 
 
-def _time(fn: Callable[[], object], iterations: int) -> float:
-    """Best of 5 rounds, microseconds per call."""
-    best = float("inf")
-    for _ in range(5):
-        start = time.perf_counter_ns()
-        for _ in range(iterations):
-            fn()
-        best = min(best, (time.perf_counter_ns() - start) / iterations / 1000)
-    return best
 
 
 def _codec(n: int, quick: bool) -> dict[str, float]:
@@ -92,20 +84,20 @@ def _codec(n: int, quick: bool) -> dict[str, float]:
         return event_batch(decoded)
 
     assert v3_open() == data  # Invariant: the sealed path round-trips.
-    encode_us = _time(lambda: encode_event(BatchAppended.of(batch, 1)), iterations)
+    encode_us = best_us(lambda: encode_event(BatchAppended.of(batch, 1)), iterations)
     return {
         "bytes": float(len(data)),
         "encode_us": encode_us,
-        "decode_us": _time(read_path, iterations // 4),
-        "seal_us": _time(lambda: seal(key, data, conversation_id="conv-bench", append_id="append-1"), iterations),
-        "open_us": _time(lambda: open_sealed(key, sealed, conversation_id="conv-bench", append_id="append-1"),
+        "decode_us": best_us(read_path, iterations // 4),
+        "seal_us": best_us(lambda: seal(key, data, conversation_id="conv-bench", append_id="append-1"), iterations),
+        "open_us": best_us(lambda: open_sealed(key, sealed, conversation_id="conv-bench", append_id="append-1"),
                          iterations),
-        "seal_open_us": _time(lambda: open_sealed(key, seal(key, data, conversation_id="conv-bench",
+        "seal_open_us": best_us(lambda: open_sealed(key, seal(key, data, conversation_id="conv-bench",
                                                             append_id="append-1"),
                                                   conversation_id="conv-bench", append_id="append-1"), iterations),
-        "sealed_encode_us": _time(v3_body, iterations),
-        "sealed_decode_open_us": _time(v3_open, iterations),
-        "key_derive_us": _time(lambda: DataKey(key.key_id, key.secret), iterations // 4),
+        "sealed_encode_us": best_us(v3_body, iterations),
+        "sealed_decode_open_us": best_us(v3_open, iterations),
+        "key_derive_us": best_us(lambda: DataKey(key.key_id, key.secret), iterations // 4),
     }
 
 

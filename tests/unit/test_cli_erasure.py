@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
 from engine.facade import HistoryEngine
 from engine.keys import FileKeyStore, MasterKey
 from engine.keys.files import bucket_of
@@ -23,23 +22,14 @@ from schemas.batch import Batch
 from schemas.errors import KeyErased, KeyStoreDamaged, StateUnavailable
 from schemas.events import BatchAppended, decode_event, encode_event
 from schemas.messages import Message
-
-Capsys = pytest.CaptureFixture[str]
+from tests.unit.cli_support import Capsys, clean_cli_env, run
 
 SECRET = "the-sealed-words-7f3a"
 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HISTLOG_DATA", "HISTLOG_KAFKA", "HISTLOG_TOPIC", "HISTLOG_STATE", "HISTLOG_DEBUG",
-                 "HISTLOG_MASTER_KEY_FILE", "HISTLOG_URL"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def run(capsys: Capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    clean_cli_env(monkeypatch)
 
 
 @pytest.fixture
@@ -147,7 +137,7 @@ def test_log_verify_reports_a_sealed_record_whose_key_the_store_lacks(capsys: Ca
 def test_log_verify_without_the_master_key_says_sealed_records_were_not_opened(capsys: Capsys,
                                                                                tmp_path: Path) -> None:
     key = tmp_path / "master.key"
-    assert main(["keygen", str(key)]) == 0
+    assert run(capsys, "keygen", str(key))[0] == 0
     root = tmp_path / "wrapped"
     with HistoryEngine.open(root, master_key_file=key) as engine:
         engine.append(Batch("c", "a1", [Message.user(SECRET)]))

@@ -12,30 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main
 from engine.facade import HistoryEngine
 from engine.keys import FileKeyStore, load_master_key
 from engine.keys.files import read_frames, rotate_master_key
 from schemas.batch import Batch
 from schemas.errors import InvalidConfiguration, KeyStoreDamaged
 from schemas.messages import Message
-
-Capsys = pytest.CaptureFixture[str]
+from tests.unit.cli_support import Capsys, clean_cli_env, run
 
 CONVERSATIONS = [f"conv-{i}" for i in range(8)]  # spread over several bucket files
 
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("HISTLOG_DATA", "HISTLOG_KAFKA", "HISTLOG_TOPIC", "HISTLOG_STATE", "HISTLOG_DEBUG",
-                 "HISTLOG_MASTER_KEY_FILE", "HISTLOG_URL"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def run(capsys: Capsys, *args: str) -> tuple[int, str, str]:
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    clean_cli_env(monkeypatch)
 
 
 def keygen(capsys: Capsys, path: Path) -> Path:
