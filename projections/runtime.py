@@ -266,10 +266,11 @@ class Projector(Ownership):
     def complete_erasures(self, convs: Sequence[bytes] | None = None) -> None:
         """Complete the erasures left pending (all of them, or those of ``convs``) by a crash or
         an error; raises what the key store or RocksDB raised. Between steps, like a step."""
+        if convs is not None and not any(self.store.get(keys.erasing_key(c)) is not None for c in convs):
+            return  # nothing pending: a point read each, no step lock (a repeated clear)
         with self._step_lock:
-            waiting = erasure.pending(self.store)
-            if convs is not None:
-                waiting = [c for c in waiting if c in set(convs)]
+            waiting = erasure.pending(self.store) if convs is None else [
+                c for c in convs if self.store.get(keys.erasing_key(c)) is not None]
             if waiting:  # every custom projection with state, live or not (none is at open)
                 names = {keys.read_checkpoint_key(k)[0] for k, _ in self.store.iterator().scan(
                     keys.CHECKPOINT, keys.prefix_end(keys.CHECKPOINT))} - {CORE}
