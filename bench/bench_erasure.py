@@ -10,9 +10,9 @@ Cases (every one reports sealed/plain ratios per round, and their median, min an
   starts, with the process's **CPU µs and context switches per append** (``getrusage`` over
   the same window, ``bench.common.run_measured``). Three shapes:
 
-  - ``new``: every append starts a new conversation, so every sealed append first creates the
-    conversation's data key (``FileKeyStore.create``: one framed append + fsync of the key
-    store, + a directory fsync while its bucket file is new) before its log append;
+  - ``new``: every append starts a new conversation, so every sealed append first takes the
+    conversation's data key (``FileKeyStore.create``: a spare made durable ahead by the key
+    store's refill, 64 at a time: ``engine/keys/pool.py``) before its log append;
   - ``reused``: each writer appends to 8 conversations that already hold a turn (their keys
     exist before the clock starts): the sealed cost is a key lookup and the seal only;
   - ``turns10``: the engine benchmark's workload (``bench.common.conversation``: 10 turns per
@@ -25,7 +25,8 @@ Cases (every one reports sealed/plain ratios per round, and their median, min an
   + a bucket rewrite of the key store).
 * **components** (µs, best of 5, same run): what a sealed record adds and where: ``seal_event``,
   ``open_event`` (includes the in-memory ``sha256`` digest), the digest alone, a known key's
-  lookup, and a new key's ``create`` (its fsyncs), beside today's ``encode_event`` / ``decode_event``;
+  lookup, a new conversation's ``create`` (amortized over the refills it causes) and one refill
+  alone, beside today's ``encode_event`` / ``decode_event``;
   and the fsync ceiling: 1 thread on one file vs 16 threads on 16 files at once.
 * **in situ** (thread CPU µs per append, reused conversations, 16 writers): the same pieces timed
   inside a running engine (wrapped where the write path and the projector call them, for that run
@@ -128,8 +129,8 @@ class _Measured:
 
 def _warm_conversations() -> list[str]:
     """One conversation id per key-store bucket (all 256): a warm-up appends a turn to each, so a
-    timed first append pays what a key store in use pays (its bucket file exists: no directory
-    fsync), not the first-open cost of a fresh one (``components`` measures that one apart)."""
+    timed first append pays what a key store in use pays (its spare pool refilled a few times,
+    bucket files in place), not the first-open cost of a fresh one."""
     by_bucket: dict[int, str] = {}
     j = 0
     while len(by_bucket) < BUCKETS:
@@ -307,18 +308,19 @@ def _components(root: Path, quick: bool) -> dict[str, float]:
         key = keys.create(b.conversation_id)
         sealed = seal_event(plain, key)
         framed_sealed = encode_event(sealed)
-        n_new = 20 if quick else 100
-        first = [c for c in _warm_conversations() if c != b.conversation_id][:n_new]
+        # New conversations back to back: each takes a spare (engine/keys/pool.py); the refills
+        # (64 keys, one append + fsync) run beside them, and a take waits when the pool ran dry,
+        # so this is the amortized cost of a new conversation's key, refills included.
+        n_new = 256 if quick else 2048
         start = time.perf_counter_ns()
-        for c in first:  # a bucket file's first key: a framed append + fsync + the directory's fsync
-            keys.create(c)
-        create_bucket_us = (time.perf_counter_ns() - start) / len(first) / 1000
-        existing = {bucket_of(c) for c in first}
-        later = [c for c in (f"new-{j}" for j in range(100 * n_new)) if bucket_of(c) in existing][:n_new]
+        for j in range(n_new):
+            keys.create(f"new-{j}")
+        create_us = (time.perf_counter_ns() - start) / n_new / 1000
         start = time.perf_counter_ns()
-        for c in later:  # a new conversation once its bucket exists: a framed append + fsync
-            keys.create(c)
-        create_us = (time.perf_counter_ns() - start) / len(later) / 1000
+        refills = 4 if quick else 16
+        for _ in range(refills):
+            keys._make_spares(64)  # one refill alone: 64 keys derived, framed, appended, fsynced
+        refill_us = (time.perf_counter_ns() - start) / refills / 1000
         out = {
             "encode_plain_us": _best_us(lambda: encode_event(BatchAppended.of(b, 1)), iterations),
             "seal_event_us": _best_us(lambda: seal_event(plain, key), iterations),
@@ -330,7 +332,7 @@ def _components(root: Path, quick: bool) -> dict[str, float]:
             "key_lookup_us": _best_us(lambda: keys.get(b.conversation_id, key.key_id), iterations),
             "key_create_known_us": _best_us(lambda: keys.create(b.conversation_id), iterations),
             "key_create_new_us": round(create_us, 1),
-            "key_create_new_bucket_us": round(create_bucket_us, 1),
+            "key_refill_64_us": round(refill_us, 1),
         }
     # What a sealed record adds to the CPU of one append, summed from the pieces: the writer's seal
     # + v3 encode and key lookup, the projector's v3 decode, open (and digest) and key lookup.
@@ -474,8 +476,8 @@ def report(result: dict[str, Any]) -> str:
         cost = [f"{a[f'{n}_user_us']:.0f} + {a[f'{n}_sys_us']:.0f} µs, {a[f'{n}_ctx']} ctx, "
                 f"{a[f'{n}_appends_per_fsync']}/fsync" for n in ("sealed", "plain")]
         lines.append(f"  {a['shape']:>7} {a['writers']:>2} writers: {cost[0]:34} | {cost[1]}")
-    lines.append("components (µs; key_create_new: a new conversation's key, fsynced; _bucket: its bucket's "
-                 "first, + a directory fsync)")
+    lines.append("components (µs; key_create_new: a new conversation's key, amortized over its refills; "
+                 "key_refill_64: one refill of 64 spares, an append + fsync)")
     lines.append("  " + ", ".join(f"{k.removesuffix('_us')} {v}" for k, v in result["components"].items()))
     deltas = [f"{a['writers']}: {a['sealed_cpu_us'] - a['plain_cpu_us']:+.0f}" for a in result["appends"]
               if a["shape"] == "reused"]

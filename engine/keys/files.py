@@ -1,16 +1,22 @@
 """The embedded key store: ``path/keys/``, append-only bucket files, fsynced (contract: ``base``).
 
 Layout: ``keys/LOCK`` (an ``flock``: one process at a time) and up to 256 bucket files
-``keys/b-XX.keys`` (``XX`` = hex of CRC32 of the conversation id's UTF-8, low byte), each a
-sequence of frames ``u32 length | u32 CRC32C | record`` (``engine.keys.record``).
+``keys/b-XX.keys``, each a sequence of frames ``u32 length | u32 CRC32C | record``
+(``engine.keys.record``). A *spare* key (no conversation id: ``engine.keys.pool``) lives in the
+bucket its key id's first two hex digits name; a conversation's own key (what releases before
+spares wrote) and its erasure marker in bucket ``XX`` = hex of CRC32 of the conversation id's
+UTF-8, low byte.
 
-* ``create`` appends one key record to its bucket and fsyncs it (and the directory when the file
-  is new) before returning: a returned key survives kill -9 and power loss.
-* ``destroy`` appends the erasure marker (fsynced), then rewrites the bucket without the
-  conversation's key records into ``b-XX.keys.tmp``, fsyncs it, renames it over the bucket and
-  fsyncs the directory. When it returns no file under ``keys/`` holds the key's bytes (the old
-  file is unlinked; freed disk blocks are the file system's: use disk encryption or a master key
-  kept elsewhere against raw-disk forensics). Cost: one rewrite of 1/256 of the store.
+* ``create`` hands out a spare (``SparePool.take``), made durable ahead by the pool's refill:
+  ``BATCH`` spares of one bucket appended in one write and fsynced once (and the directory when
+  the file is new) before any is handed out, so a returned key survives kill -9 and power loss
+  and no create waits for an fsync while spares are left.
+* ``destroy(c, key_ids)`` appends the erasure marker (fsynced), then rewrites each bucket that
+  held a key of ``c`` (its own keys, its binding, the live spares among ``key_ids``) into
+  ``b-XX.keys.tmp``, fsyncs it, renames it over the bucket and fsyncs the directory. When it
+  returns no file under ``keys/`` holds those keys' bytes (the old file is unlinked; freed disk
+  blocks are the file system's: use disk encryption or a master key kept elsewhere against
+  raw-disk forensics). Cost: one rewrite of 1/256 of the store per bucket.
 * Open: leftover ``*.tmp`` files are deleted (a rewrite that did not reach its rename); a torn
   tail (a last frame cut short or failing its CRC: a create that never returned) is truncated
   and logged; a bad frame *followed by* more frames is ``KeyStoreDamaged`` (never skipped: a lost
@@ -32,21 +38,24 @@ All keys are loaded at open (~100 bytes each in memory).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
 import threading
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from engine.keys.master import MasterKey
+from engine.keys.pool import SparePool
 from engine.keys.record import FRAME_HEADER, MAX_FRAME, KeyRecord, decode_record, encode_record, frame, unframe
 from schemas.errors import InvalidConfiguration, KeyErased, KeyStoreDamaged, StateUnavailable
-from schemas.sealed import DataKey
+from schemas.sealed import KEY_ID_LENGTH, SECRET_BYTES, DataKey, key_id_problem
 
-__all__ = ["BUCKETS", "FileKeyStore", "Rotation", "bucket_of", "read_frames", "rotate_master_key"]
+__all__ = ["BUCKETS", "FileKeyStore", "Rotation", "bucket_of", "read_frames", "rotate_master_key", "spare_bucket"]
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +63,20 @@ BUCKETS: Final = 256
 
 
 def bucket_of(conversation_id: str) -> int:
+    """The bucket of a conversation's own keys and of its erasure marker."""
     return zlib.crc32(conversation_id.encode("utf-8")) & 0xFF
+
+
+def spare_bucket(key_id: str) -> int:
+    """The bucket of a spare key: its key id's first two hex digits (spares are made with them
+    chosen, so one refill writes one file)."""
+    return int(key_id[:2], 16)
+
+
+def _spares_for(b: int, n: int) -> list[DataKey]:
+    """``n`` new keys whose ids start with bucket ``b``'s two hex digits (120 random bits left)."""
+    return [DataKey(f"{b:02x}" + os.urandom(KEY_ID_LENGTH // 2 - 1).hex(), os.urandom(SECRET_BYTES))
+            for _ in range(n)]
 
 
 def _lock(path: Path) -> int:
@@ -127,7 +149,9 @@ class FileKeyStore:
         # are written (a crash tears at most its last frame) while creates of different buckets,
         # the common case, write and fsync in parallel.
         self._bucket_locks = [threading.Lock() for _ in range(BUCKETS)]
-        self._keys: dict[str, list[DataKey]] = {}
+        self._keys: dict[str, list[DataKey]] = {}  # conversations' own keys (written before spares)
+        self._spares: dict[str, DataKey] = {}  # every live spare on disk, by key id, bound or not
+        self._pool = SparePool(self._make_spares, name=str(self._path))
         self._erased: set[str] = set()
         self._failed = ""
         self._lock_fd = -1
@@ -182,11 +206,16 @@ class FileKeyStore:
             return False
         for c in [c for c in self._keys if bucket_of(c) == b]:
             del self._keys[c]
+        for k in [k for k in self._spares if spare_bucket(k) == b]:
+            del self._spares[k]
         erased_here = {r.conversation_id for _, r in records if r.key is None}
         self._erased |= erased_here
         dirty = False
         for _, r in records:
             if r.key is None:
+                continue
+            if not r.conversation_id:
+                self._spares[r.key.key_id] = r.key
                 continue
             if r.conversation_id in erased_here:
                 dirty = True
@@ -219,11 +248,12 @@ class FileKeyStore:
             self._failed = f"append to {path.name}: {exc.strerror}"
             raise StateUnavailable(f"cannot write the key store {path}: {exc.strerror}; fix it and reopen") from None
 
-    def _rewrite(self, b: int) -> None:
-        """Rewrite bucket ``b`` without the key records of erased conversations."""
+    def _rewrite(self, b: int, drop: frozenset[str] = frozenset()) -> None:
+        """Rewrite bucket ``b`` without the key records of erased conversations and the spares in ``drop``."""
         path = self._bucket(b)
         keep = [raw for raw, r in self._read_bucket(path)
-                if r.key is None or r.conversation_id not in self._erased]
+                if r.key is None or (r.conversation_id not in self._erased if r.conversation_id
+                                     else r.key.key_id not in drop)]
         tmp = path.with_name(path.name + ".tmp")
         try:
             with open(tmp, "wb") as f:
@@ -237,33 +267,41 @@ class FileKeyStore:
             raise StateUnavailable(f"cannot rewrite the key store {path}: {exc.strerror}; fix it and reopen "
                                    "(reopening completes the erasure)") from None
 
-    def create(self, conversation_id: str) -> DataKey:
-        b = bucket_of(conversation_id)
-        with self._bucket_locks[b]:  # a creator of the same conversation waits here, then finds the key
+    def _make_spares(self, n: int) -> list[DataKey]:
+        """The pool's refill: ``n`` spares of one random bucket, appended and fsynced at once."""
+        b = os.urandom(1)[0]
+        made = _spares_for(b, n)
+        data = b"".join(frame(encode_record("", key, self._master)) for key in made)
+        with self._bucket_locks[b]:
             with self._mutex:
                 self._check()
-                if conversation_id in self._erased:
-                    raise KeyErased(f"conversation {conversation_id!r} was erased: it never gets a key again",
-                                    conversation_id=conversation_id)
-                keys = self._keys.get(conversation_id)
-                if keys:
-                    return keys[0]
-            key = DataKey.generate()
-            self._append(b, frame(encode_record(conversation_id, key, self._master)))  # fsynced: durable
-            with self._mutex:
-                self._keys[conversation_id] = [key]
-            return key
+            self._append(b, data)  # fsynced: durable before any is handed out
+        with self._mutex:
+            self._spares.update((key.key_id, key) for key in made)
+        return made
+
+    def create(self, conversation_id: str) -> DataKey:
+        with self._mutex:
+            self._check()
+            if conversation_id in self._erased:
+                raise KeyErased(f"conversation {conversation_id!r} was erased: it never gets a key again",
+                                conversation_id=conversation_id)
+            keys = self._keys.get(conversation_id)
+            if keys:
+                return keys[0]  # a key of its own, made before spares (kept: its records need it)
+        return self._pool.take(conversation_id)
 
     def get(self, conversation_id: str, key_id: str) -> DataKey:
         with self._mutex:
-            for key in self._keys.get(conversation_id, ()):
-                if key.key_id == key_id:
-                    return key
-            if self._read_only and conversation_id not in self._erased:
-                self._load_bucket(bucket_of(conversation_id))  # the writer may have created it since
-                for key in self._keys.get(conversation_id, ()):
-                    if key.key_id == key_id:
-                        return key
+            found = self._find(conversation_id, key_id)
+            if found is None and self._read_only and conversation_id not in self._erased:
+                # The writer may have created it since.
+                self._load_bucket(bucket_of(conversation_id))
+                if not key_id_problem(key_id):
+                    self._load_bucket(spare_bucket(key_id))
+                found = self._find(conversation_id, key_id)
+            if found is not None:
+                return found
             if conversation_id in self._erased:
                 raise KeyErased(f"the data key {key_id} of {conversation_id!r} was destroyed: the content is "
                                 "erased", conversation_id=conversation_id, key_id=key_id)
@@ -271,38 +309,64 @@ class FileKeyStore:
                                   "was never erased: this is not the key store the log was written with; "
                                   "restore it from a backup", where=str(self._path))
 
-    def destroy(self, conversation_id: str) -> None:
-        b = bucket_of(conversation_id)
-        with self._bucket_locks[b], self._mutex:
-            self._check()
-            if conversation_id not in self._erased:
-                self._append(b, frame(encode_record(conversation_id, None)))
-                self._erased.add(conversation_id)
-            if self._keys.pop(conversation_id, None) is not None or self._has_keys_on_disk(b, conversation_id):
-                self._rewrite(b)
+    def _find(self, conversation_id: str, key_id: str) -> DataKey | None:
+        """The live key ``key_id`` for ``conversation_id`` (its own, or a spare), None for an
+        erased conversation whatever the key (under ``_mutex``)."""
+        if conversation_id in self._erased:
+            return None
+        for key in self._keys.get(conversation_id, ()):
+            if key.key_id == key_id:
+                return key
+        return self._spares.get(key_id)
 
-    def _has_keys_on_disk(self, b: int, conversation_id: str) -> bool:
-        # A retried destroy after a failed rewrite: the keys left memory but maybe not the file.
-        path = self._bucket(b)
-        return path.exists() and any(r.key is not None and r.conversation_id == conversation_id
-                                     for _, r in self._read_bucket(path))
+    def destroy(self, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
+        bound = self._pool.unbind(conversation_id)
+        with self._mutex:
+            drop = frozenset(k for k in {*key_ids, *([bound.key_id] if bound else [])} if k in self._spares)
+        own = bucket_of(conversation_id)
+        buckets = sorted({own, *(spare_bucket(k) for k in drop)})
+        with contextlib.ExitStack() as held:
+            for b in buckets:  # in bucket order: one lock order for every destroy
+                held.enter_context(self._bucket_locks[b])
+            with self._mutex:
+                self._check()
+                if conversation_id not in self._erased:
+                    self._append(own, frame(encode_record(conversation_id, None)))
+                    self._erased.add(conversation_id)
+                # Memory and files hold the same keys: open loads every key and completes a destroy a
+                # crash cut short, and a failed write or rewrite fail-stops the store until reopened.
+                if self._keys.pop(conversation_id, None) is not None:
+                    self._rewrite(own)
+                for b in sorted({spare_bucket(k) for k in drop}):
+                    self._rewrite(b, drop)
+                for k in drop:
+                    del self._spares[k]
 
     # ------------------------------------------------------------------ reads
 
     def list_keys(self, conversation_id: str | None = None) -> list[tuple[str, str]]:
+        bindings = {key.key_id: c for c, key in self._pool.bindings().items()}
         with self._mutex:
-            return sorted((c, k.key_id) for c, keys in self._keys.items() for k in keys
-                          if conversation_id is None or c == conversation_id)
+            own = [(c, k.key_id) for c, keys in self._keys.items() for k in keys]
+            spares = [(bindings.get(k, ""), k) for k in self._spares]
+        return sorted(p for p in own + spares if conversation_id is None or p[0] == conversation_id)
 
     def known(self, conversation_id: str) -> bool:
         with self._mutex:
-            return bool(self._keys.get(conversation_id)) and conversation_id not in self._erased
+            if conversation_id in self._erased or self._failed or self._read_only:
+                return False
+            if self._keys.get(conversation_id):
+                return True
+        return self._pool.ready(conversation_id)
 
     def erased(self, conversation_id: str) -> bool:
         with self._mutex:
             return conversation_id in self._erased
 
     def close(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.close()
         fd, self._lock_fd = getattr(self, "_lock_fd", -1), -1
         if fd >= 0:
             os.close(fd)  # releases the flock

@@ -2,24 +2,25 @@
 topic settings: ``kafka_topic``; record format: ``record``).
 
 Record key ``conversation id 0x1F key id``; value a key record, or for the *erasure marker* the
-key ``conversation id 0x1F`` (empty key id) and a marker record; a destroyed key is a tombstone
-(value null) under its record key, so compaction drops it. Per-key record keys matter: with one
-record key per conversation, compaction would keep the *last* of two racing creators' keys while
-the rule is that the *first* wins.
+key ``conversation id 0x1F`` (empty key id) and a marker record; a *spare* key
+(``engine.keys.pool``) has an empty conversation id (record key ``0x1F key id``); a destroyed key
+is a tombstone (value null) under its record key, so compaction drops it.
 
-Rules every instance applies to the partition in offset order (so all agree):
+``create`` answers from memory: a conversation's own key (a key record under its id: what
+releases before spares wrote, still used for its conversation), else its binding in this
+process's ``SparePool``, whose refill produces ``BATCH`` spare records at once (``acks=all``,
+idempotent producer) and hands none out before every one is acknowledged. ``get`` of an unknown
+key catches up to the end offset before answering ``KeyErased`` / ``KeyStoreDamaged`` (a spare
+another instance made is in the topic before any record sealed under it). ``destroy(c, key_ids)``
+produces the marker, reads it back, then tombstones every key record of ``c`` and every live
+spare among ``key_ids`` and its binding.
 
-* The conversation's key is its first key record that is not tombstoned and precedes its marker.
-* A key record after the marker is void (a creator racing an erasure): never used; its creator
-  tombstones it, and any instance opening the store tombstones what a crash left behind.
-
-``create`` catches up, returns the winner if there is one, else produces its key (``acks=all``,
-idempotent producer), reads the partition back up to that offset and returns the winner, which is
-its own key unless another instance got there first (then its own is tombstoned). ``get`` of an
-unknown key catches up to the end offset before answering ``KeyErased`` / ``KeyStoreDamaged``.
-``destroy`` produces the marker, reads it back, then tombstones every key record of the
-conversation. Each instance holds the live keys in memory (loaded at open by reading the topic
-from its start). Thread-safe (one lock around the clients); broker errors are ``LogUnavailable``.
+Rules every instance applies to the partition in offset order (so all agree), for conversations'
+own key records: the key is the first one that is not tombstoned and precedes the marker; one
+after the marker is void (a creator racing an erasure): never used, tombstoned by any instance
+opening the store. Each instance holds the live keys in memory (loaded at open by reading the
+topic from its start). Thread-safe (one lock around the clients); broker errors are
+``LogUnavailable``.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 
 from engine.keys.kafka_topic import DEFAULT_MAX_COMPACTION_LAG_MS, ensure_keys_topic
 from engine.keys.master import MasterKey
+from engine.keys.pool import SparePool
 from engine.keys.record import decode_record, encode_record, record_key, split_record_key
 from engine.log.kafka import translate  # the one kafka-python -> histlog error table
 from engine.log.kafka_topic import CLIENT_TUNING
@@ -59,6 +61,8 @@ class KafkaKeyStore:
         self._keys: dict[str, list[DataKey]] = {}
         self._records: dict[str, set[str]] = {}  # every key id with a live record, winners or not
         self._markers: set[str] = set()
+        self._spares: dict[str, DataKey] = {}  # every live spare in the topic, by key id
+        self._pool = SparePool(self._make_spares, name=topic)
         self._producer: Any = None
         self._consumer: Any = None
         admin = self._call("connect to Kafka (admin)", lambda: KafkaAdminClient(
@@ -107,6 +111,16 @@ class KafkaKeyStore:
             raise KeyStoreDamaged(f"the record at {self._topic}@{offset} has no histlog key-store record key "
                                   "(conversation id 0x1F key id): something else writes to the keys topic",
                                   where=f"{self._topic}@{offset}") from None
+        if not conv:  # a spare key, or its tombstone
+            if value is None:
+                self._spares.pop(key_id, None)
+            else:
+                spare = decode_record(value, self._master, where=f"{self._topic}@{offset}").key
+                if spare is None or spare.key_id != key_id:
+                    raise KeyStoreDamaged(f"the spare key record at {self._topic}@{offset} does not hold the key "
+                                          "its record key names", where=f"{self._topic}@{offset}")
+                self._spares[key_id] = spare
+            return
         if value is None:  # a tombstone: a destroyed key, or a void one tidied up
             self._records.get(conv, set()).discard(key_id)
             if conv in self._keys:
@@ -156,31 +170,32 @@ class KafkaKeyStore:
 
     # ------------------------------------------------------------------ contract
 
+    def _make_spares(self, n: int) -> list[DataKey]:
+        """The pool's refill: ``n`` spare records sent at once, returned once all are acknowledged."""
+        made = [DataKey.generate() for _ in range(n)]
+
+        def send() -> list[Any]:
+            return [self._producer.send(self._topic, key=record_key("", key.key_id),
+                                        value=encode_record("", key, self._master), partition=0) for key in made]
+
+        futures = self._call("write the keys topic", send)
+        self._call("write the keys topic", lambda: [f.get(timeout=self._timeout_ms / 1000) for f in futures])
+        with self._lock:
+            self._spares.update((key.key_id, key) for key in made)
+        return made
+
     def create(self, conversation_id: str) -> DataKey:
         with self._lock:
-            known = self._keys.get(conversation_id)
-            if known and conversation_id not in self._markers:
-                # Answered from memory: no round trip per append. A destroy elsewhere not yet read
-                # here is harmless: content sealed under the key lands after the clear, which
-                # closed the conversation, and is refused as closed on every instance.
-                return known[0]
-            self._catch_up()
             if conversation_id in self._markers:
                 raise KeyErased(f"conversation {conversation_id!r} was erased: it never gets a key again",
                                 conversation_id=conversation_id)
-            if self._keys.get(conversation_id):
-                return self._keys[conversation_id][0]
-            mine = DataKey.generate()
-            offset = self._send(conversation_id, mine.key_id, encode_record(conversation_id, mine, self._master))
-            self._catch_up(offset + 1)  # read our own write back: the first record wins
-            if conversation_id in self._markers:
-                self._tombstone(conversation_id, {mine.key_id})
-                raise KeyErased(f"conversation {conversation_id!r} was erased while its key was created",
-                                conversation_id=conversation_id)
-            winner = self._keys[conversation_id][0]
-            if winner.key_id != mine.key_id:
-                self._tombstone(conversation_id, {mine.key_id})  # another instance won the race
-            return winner
+            own = self._keys.get(conversation_id)
+            if own:
+                return own[0]  # a key of its own, made before spares (kept: its records need it)
+        # From memory, no round trip: a destroy elsewhere not yet read here is harmless: content
+        # sealed under the key lands after the clear, which closed the conversation, is refused as
+        # closed on every instance, and the projector destroys its key (projections.admission).
+        return self._pool.take(conversation_id)
 
     def get(self, conversation_id: str, key_id: str) -> DataKey:
         with self._lock:
@@ -191,29 +206,43 @@ class KafkaKeyStore:
                 if conversation_id in self._markers:
                     raise KeyErased(f"the data key {key_id} of {conversation_id!r} was destroyed: the content is "
                                     "erased", conversation_id=conversation_id, key_id=key_id)
+                spare = self._spares.get(key_id)
+                if spare is not None:
+                    return spare
                 if attempt == 0:
                     self._catch_up()
             raise KeyStoreDamaged(f"the keys topic {self._topic!r} has no key {key_id} for {conversation_id!r}, "
                                   "which was never erased: it is not the keys topic the log was written with",
                                   where=self._topic)
 
-    def destroy(self, conversation_id: str) -> None:
+    def destroy(self, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
+        bound = self._pool.unbind(conversation_id)
         with self._lock:
+            if conversation_id in self._markers and not self._records.get(conversation_id) and not any(
+                    k in self._spares for k in (*key_ids, *([bound.key_id] if bound else []))):
+                return  # erased already and nothing of it left: no round trip (a replay's erased records)
             self._catch_up()
             if conversation_id not in self._markers:
                 offset = self._send(conversation_id, "", encode_record(conversation_id, None))
                 self._catch_up(offset + 1)
             self._tombstone(conversation_id, set(self._records.get(conversation_id, ())))
+            self._tombstone("", {k for k in (*key_ids, *([bound.key_id] if bound else [])) if k in self._spares})
             self._catch_up()
 
     def list_keys(self, conversation_id: str | None = None) -> list[tuple[str, str]]:
+        bindings = {key.key_id: c for c, key in self._pool.bindings().items()}
         with self._lock:
-            return sorted((c, k.key_id) for c, keys in self._keys.items() for k in keys
-                          if conversation_id is None or c == conversation_id)
+            own = [(c, k.key_id) for c, keys in self._keys.items() for k in keys]
+            spares = [(bindings.get(k, ""), k) for k in self._spares]
+        return sorted(p for p in own + spares if conversation_id is None or p[0] == conversation_id)
 
     def known(self, conversation_id: str) -> bool:
         with self._lock:
-            return bool(self._keys.get(conversation_id)) and conversation_id not in self._markers
+            if conversation_id in self._markers:
+                return False
+            if self._keys.get(conversation_id):
+                return True
+        return self._pool.ready(conversation_id)
 
     def erased(self, conversation_id: str) -> bool:
         with self._lock:
@@ -221,6 +250,9 @@ class KafkaKeyStore:
             return conversation_id in self._markers
 
     def close(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.close()
         for client in (self._producer, self._consumer):
             if client is not None:
                 try:

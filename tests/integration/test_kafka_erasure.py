@@ -7,11 +7,11 @@ keys topic ``T.keys``. Proved here, each with bounded waits on conditions:
    different batch under the same append id is ``AppendConflict``, on both instances, through
    the log (the writer's local pre-check switched off) and through the pre-check;
 2. instances racing on new conversations' first batches agree: one accepted batch each, the
-   loser a duplicate (same content) or a conflict (different content); create-if-absent gives
-   both instances the same data key (a racing creator's own key is tombstoned; met by chance in
-   the race and forced by holding one store before it writes its key); content sealed
-   under a *second* live key of a conversation (raw records: the key store keeps a key record a
-   crashed creator left) is admitted by content, exactly as under the first;
+   loser a duplicate (same content) or a conflict (different content), though each instance
+   seals under the spare key it bound to the conversation (two live keys; met by chance in the
+   race and forced in order), and a clear destroys both (the key ids come from the records);
+   content sealed under a conversation's own key record written raw beside them is admitted
+   by content, exactly as under the first;
 3. an instance that was closed during another's append-and-clear ends erased, closed and equal
    to the other, counts the records it met erased, and no file of either state holds the token;
    an instance that had applied the content forgets it when it applies the other's clear;
@@ -39,9 +39,10 @@ import pytest
 
 import engine.writes
 from engine import HistoryEngine
-from engine.keys import KafkaKeyStore, keys_topic_of
+from engine.keys import keys_topic_of
 from engine.keys.record import record_key, split_record_key
 from schemas import AppendConflict, Batch, ConversationClosed, LogPosition, Message, Receipt
+from schemas.errors import KeyErased
 from schemas.events import BatchAppended, ConversationCleared
 from schemas.sealed import DataKey
 from tests.conformance.backends import KafkaBackend
@@ -128,8 +129,10 @@ def test_a_retry_through_the_other_instance_is_a_duplicate_and_other_content_a_c
         assert e.read("c", at_least=receipt) == list(batch.messages)
     records = conversation_records(a, "c")
     assert all(isinstance(ev, BatchAppended) and ev.sealed is not None and ev.messages == b"" for _, ev in records)
-    assert {ev.sealed.key_id for _, ev in records if isinstance(ev, BatchAppended) and ev.sealed} == {
-        k for _, k in keys_of(a, "c")}
+    # Each instance seals under the spare it bound to the conversation; the first record is A's.
+    bound = {e: {k for _, k in keys_of(e, "c")} for e in pair}
+    assert len(bound[a]) == 1 and records[0][1].sealed is not None and {records[0][1].sealed.key_id} == bound[a]
+    assert {ev.sealed.key_id for _, ev in records if isinstance(ev, BatchAppended) and ev.sealed} <= bound[a] | bound[b]
     # Through the log: 5 records (the first, 2 retries, 2 conflicts); through the pre-check: only the first.
     logged = 2 if path == "log" else 0
     assert len(records) == 1 + 2 * logged
@@ -187,97 +190,60 @@ def test_instances_racing_on_new_conversations_agree(pair: tuple[HistoryEngine, 
         won_by = [k for k in (0, 1) if batch_of(k, i).digest == winner.digest]
         for e in pair:  # exactly one accepted batch, the winner's content, on both instances
             assert accepted_batches(e, conv) == {"first": [m.canonical_json() for m in batch_of(won_by[0], i).messages]}
-        # Create-if-absent: each instance's key store answers the same one key for the conversation
-        # (``erased`` catches up first: ``list_keys`` answers from memory, which still lists a
-        # racing creator's tombstoned key until the store's next catch-up)...
-        assert not any(store_of(e).erased(conv) for e in pair)
-        assert keys_of(a, conv) == keys_of(b, conv) and len(keys_of(a, conv)) == 1
-        (key_id,) = {k for _, k in keys_of(a, conv)}
-        assert store_of(a).create(conv).key_id == store_of(b).create(conv).key_id == key_id
-        # ... and every record of it, the loser's too when it reached the log, is sealed under it.
-        assert {ev.sealed.key_id for _, ev in records if isinstance(ev, BatchAppended) and ev.sealed} == {key_id}
-    # On the keys topic: where both instances' stores created a key (the race reached the store),
-    # the loser tombstoned its own; one live key record per conversation remains, the winner's.
-    written: dict[str, list[str]] = {}
-    latest: dict[bytes, bytes | None] = {}
-    for k, v in key_records(backend.bootstrap, keys_topic_of(backend.topic)):
-        conv, key_id = split_record_key(k)
-        if v is not None and key_id:
-            written.setdefault(conv, []).append(key_id)
-        latest[k] = v
-    for i in range(n):
-        conv = f"race-{i}"
-        assert 1 <= len(written[conv]) <= 2
-        live = [k for k in written[conv] if latest[record_key(conv, k)] is not None]
-        assert [(conv, k) for k in live] == keys_of(a, conv) and live == written[conv][:1]
-    both_created = sum(len(written[f"race-{i}"]) == 2 for i in range(n))
+        # Each record is sealed under the spare its writer's instance bound to the conversation:
+        # never one key for two instances, and every key opens on both.
+        bound = [{k for _, k in keys_of(e, conv)} for e in pair]
+        assert all(len(ids) <= 1 for ids in bound) and not (bound[0] & bound[1])
+        sealed_under = {ev.sealed.key_id for _, ev in records if isinstance(ev, BatchAppended) and ev.sealed}
+        assert sealed_under <= bound[0] | bound[1] and len(sealed_under) == len(records)
+        for e in pair:
+            assert all(store_of(e).get(conv, k) for k in sealed_under)
+    # On the keys topic: spares only (no key record of any conversation: nothing to race on).
+    assert all(split_record_key(k)[0] == "" for k, _ in key_records(backend.bootstrap, keys_topic_of(backend.topic)))
     ca = counters(a)
     assert ca == counters(b) and ca["accepted"] == n and ca["corrupt"] == 0
     assert ca["duplicates"] <= n // 2 and ca["conflicts"] <= n // 2
     print(f"\nracing first batches: {ca['duplicates'] + ca['conflicts']} of {n} losers reached the log "
           f"(duplicates {ca['duplicates']}, conflicts {ca['conflicts']}), the others were answered by the "
-          f"pre-check; both key stores created a key for {both_created} of {n} conversations")
+          "pre-check")
 
 
 @pytest.mark.parametrize("same_content", [True, False])
-def test_both_key_stores_create_a_key_for_the_first_batch(
-        pair: tuple[HistoryEngine, HistoryEngine], backend: KafkaBackend, monkeypatch: pytest.MonkeyPatch,
+def test_first_batches_sealed_under_each_instances_own_spare_agree_by_content(
+        pair: tuple[HistoryEngine, HistoryEngine], backend: KafkaBackend, through_the_log: None,
         same_content: bool) -> None:
-    """The key race the test above meets by chance, forced: B's store has found no key for the
-    conversation and is held just before it produces its own; A creates its key and appends;
-    then B produces its key, reads the partition back, finds A's first, tombstones its own and
-    seals under A's. B's batch then reaches admission like any racing first batch."""
+    """The race above, forced in order: A's first batch, then B's for the same conversation, each
+    sealed under the spare its instance bound (two live keys for one conversation). Admission on
+    both instances compares the opened content: B's is a duplicate or a conflict, as for plain
+    records. A clear through B then destroys both keys: the ids come from the records (K rows)."""
     a, b = pair
-    store = store_of(b)
-    assert isinstance(store, KafkaKeyStore)
-    real_send = store._send
-    held, release = threading.Event(), threading.Event()
-
-    def send(conv: str, key_id: str, value: bytes | None) -> int:
-        if key_id and value is not None and not held.is_set():  # B's own key record
-            held.set()
-            assert release.wait(WAIT_S), "the test never released B's key store"
-        return int(real_send(conv, key_id, value))
-
-    monkeypatch.setattr(store, "_send", send)
-    mine = turn("both-keys", "first", "from A")
-    theirs = mine if same_content else turn("both-keys", "first", "from B")
-    outcome: list[Receipt | BaseException] = []
-
-    def write() -> None:
-        try:
-            outcome.append(b.append(theirs))
-        except Exception as exc:  # AppendConflict is expected for other content; anything else fails below
-            outcome.append(exc)
-
-    writer = threading.Thread(target=write)
-    writer.start()
-    try:
-        assert held.wait(WAIT_S), "B's key store never tried to create a key"
-        receipt = a.append(mine)
-    finally:
-        release.set()
-        writer.join(WAIT_S)
-    assert not writer.is_alive()
-    (got,) = outcome
+    mine = turn("two-spares", "first", "from A")
+    theirs = mine if same_content else turn("two-spares", "first", "from B")
+    receipt = a.append(mine)
     if same_content:
-        assert got == receipt
+        assert b.append(theirs) == receipt
     else:
-        assert isinstance(got, AppendConflict) and got.existing_digest == receipt.digest, got
-    written = [(split_record_key(k)[1], v) for k, v in key_records(backend.bootstrap, keys_topic_of(backend.topic))
-               if split_record_key(k)[0] == "both-keys"]
-    (k_a, _), (k_b, _), (tombstoned, gone) = written  # A's key, B's key, B's tombstone of its own
-    assert k_a != k_b and tombstoned == k_b and gone is None
-    for e in pair:
-        assert not store_of(e).erased("both-keys")  # catches up
-        assert keys_of(e, "both-keys") == [("both-keys", k_a)]
-    records = conversation_records(a, "both-keys")
-    assert [ev.sealed.key_id for _, ev in records if isinstance(ev, BatchAppended) and ev.sealed] == [k_a, k_a]
+        with pytest.raises(AppendConflict) as conflict:
+            b.append(theirs)
+        assert conflict.value.existing_digest == receipt.digest
+    records = conversation_records(a, "two-spares")
+    k_a, k_b = (ev.sealed.key_id for _, ev in records if isinstance(ev, BatchAppended) and ev.sealed)
+    assert k_a != k_b and keys_of(a, "two-spares") == [("two-spares", k_a)] and keys_of(b, "two-spares") == [
+        ("two-spares", k_b)]
     assert receipt.position.offset == records[0][0]
     assert observed(a) == observed(b)
     for e in pair:
-        assert e.read("both-keys") == list(mine.messages)
+        assert e.read("two-spares") == list(mine.messages)
         assert counters(e)["duplicates" if same_content else "conflicts"] == 1
+    b.clear("two-spares")
+    assert a.catch_up(timeout=WAIT_S)
+    latest = dict(key_records(backend.bootstrap, keys_topic_of(backend.topic)))
+    assert latest[record_key("", k_a)] is None and latest[record_key("", k_b)] is None  # both tombstoned
+    for e in pair:
+        assert_erased_and_closed(e, "two-spares")
+        for k in (k_a, k_b):
+            with pytest.raises(KeyErased):
+                store_of(e).get("two-spares", k)
 
 
 def test_content_sealed_under_a_second_key_is_admitted_by_content(
@@ -303,7 +269,7 @@ def test_content_sealed_under_a_second_key_is_admitted_by_content(
         assert delta == {**dict.fromkeys(delta, 0), "duplicates": 1, "conflicts": 1, "accepted": 1}, delta
         assert e.read("two-keys") == [*first.messages, *second.messages]
         assert e.append(first) == receipt  # a retry through the engine: still the first receipt
-        assert sorted(k for _, k in keys_of(e, "two-keys")) == sorted([k1, k2.key_id])
+        assert store_of(e).get("two-keys", k1).key_id == k1 and store_of(e).get("two-keys", k2.key_id) == k2
     assert observed(a) == observed(b)
     a.clear("two-keys")  # destroys both keys
     for e in pair:

@@ -1,7 +1,7 @@
 """The Kafka key store (engine/keys/kafka.py) on a real broker: the compacted keys topic is created
-and checked, instances agree (create-if-absent, racing creators), destroy is a marker plus
-tombstones that every instance honours, and a key record a racing creator wrote after an erasure
-is void and tidied up."""
+and checked, a spare one instance binds opens on every instance, destroy is a marker plus
+tombstones (of a conversation's own keys and of the spares the log names) that every instance
+honours, and an own key record a racing creator wrote after an erasure is void and tidied up."""
 
 from __future__ import annotations
 
@@ -99,33 +99,35 @@ def test_missing_topic_with_create_false_is_refused(kafka_bootstrap: str, keys_t
         KafkaKeyStore(kafka_bootstrap, keys_topic, create=False, timeout_ms=15_000)
 
 
-def test_instances_share_a_conversations_key(kafka_bootstrap: str, keys_topic: str) -> None:
+def test_a_spare_one_instance_binds_opens_on_every_instance(kafka_bootstrap: str, keys_topic: str) -> None:
     with stores(kafka_bootstrap, keys_topic, 2) as [a, b]:
         key = a.create("c")
-        assert a.create("c") == key
+        assert a.create("c") == key and a.known("c") and a.list_keys("c") == [("c", key.key_id)]
         assert b.get("c", key.key_id) == key  # b catches up on an unknown key
-        assert b.create("c") == key
+        mine = b.create("c")  # b binds its own spare: content under either opens everywhere
+        assert mine != key and a.get("c", mine.key_id) == mine
         with pytest.raises(KeyStoreDamaged):
             b.get("c", "0" * 32)
+    live = {k: v for k, v in latest(raw_records(kafka_bootstrap, keys_topic)).items() if v is not None}
+    assert record_key("", key.key_id) in live and all(k.startswith(b"\x1f") for k in live)  # spares only
     with stores(kafka_bootstrap, keys_topic, 1) as [late]:
-        assert late.list_keys() == [("c", key.key_id)]
+        assert {("", key.key_id), ("", mine.key_id)} <= set(late.list_keys())
+        assert late.get("c", key.key_id) == key
+        assert late.create("c") not in (key, mine)  # a spare of an earlier lifetime is never bound again
 
 
-def test_racing_creators_on_two_instances_agree(kafka_bootstrap: str, keys_topic: str) -> None:
-    conversations = [f"race-{i}" for i in range(15)]
+def test_many_new_conversations_on_two_instances_never_share_a_key(kafka_bootstrap: str, keys_topic: str) -> None:
+    conversations = [f"new-{i}" for i in range(100)]  # more than one refill each
     with stores(kafka_bootstrap, keys_topic, 2) as pair:
         got: dict[int, dict[str, DataKey]] = {0: {}, 1: {}}
-        barrier = threading.Barrier(2)
         errors: list[BaseException] = []
 
         def run(i: int) -> None:
             try:
                 for c in conversations:
-                    barrier.wait(timeout=30)
                     got[i][c] = pair[i].create(c)
             except BaseException as exc:  # reported below
                 errors.append(exc)
-                barrier.abort()
 
         threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
         for t in threads:
@@ -133,11 +135,11 @@ def test_racing_creators_on_two_instances_agree(kafka_bootstrap: str, keys_topic
         for t in threads:
             t.join(timeout=120)
         assert not errors, errors
-        assert got[0] == got[1]
-    live = {k: v for k, v in latest(raw_records(kafka_bootstrap, keys_topic)).items() if v is not None}
-    assert len(live) == len(conversations)  # each loser's key was tombstoned
-    with stores(kafka_bootstrap, keys_topic, 1) as [late]:
-        assert late.list_keys() == sorted((c, got[0][c].key_id) for c in conversations)
+        ids = [k.key_id for i in (0, 1) for k in got[i].values()]
+        assert len(set(ids)) == 2 * len(conversations)
+        for i in (0, 1):
+            other = pair[1 - i]
+            assert all(other.get(c, k.key_id) == k for c, k in got[i].items())
 
 
 def test_destroy_is_honoured_by_every_instance(kafka_bootstrap: str, keys_topic: str) -> None:
@@ -145,7 +147,7 @@ def test_destroy_is_honoured_by_every_instance(kafka_bootstrap: str, keys_topic:
     with stores(kafka_bootstrap, keys_topic, 2, master=master) as [a, b]:
         key, other = a.create("gone"), a.create("kept")
         assert b.get("gone", key.key_id) == key
-        a.destroy("gone")
+        a.destroy("gone")  # its binding on a: tombstoned
         # b answered from memory until it catches up (erased, create, destroy, an unknown key).
         assert b.erased("gone") and not b.erased("kept")
         with pytest.raises(KeyErased):
@@ -156,13 +158,29 @@ def test_destroy_is_honoured_by_every_instance(kafka_bootstrap: str, keys_topic:
     records = raw_records(kafka_bootstrap, keys_topic)
     assert all(key.secret not in (v or b"") for _, v in records)  # wrapped at rest
     last = latest(records)
-    assert last[record_key("gone", key.key_id)] is None  # a tombstone: compaction drops the key
+    assert last[record_key("", key.key_id)] is None  # a tombstone: compaction drops the key
     assert last[record_key("gone", "")] is not None  # the marker outlives it
     with stores(kafka_bootstrap, keys_topic, 1, master=master) as [late]:
         with pytest.raises(KeyErased):
             late.get("gone", key.key_id)
         assert late.get("kept", other.key_id) == other
-        assert late.list_keys() == [("kept", other.key_id)]
+        listed = set(late.list_keys())
+        assert ("", other.key_id) in listed and ("", key.key_id) not in listed
+
+
+def test_destroy_on_another_instance_takes_the_key_ids_the_log_names(kafka_bootstrap: str, keys_topic: str) -> None:
+    with stores(kafka_bootstrap, keys_topic, 2) as [a, b]:
+        key, kept = a.create("c"), a.create("k")
+        b.destroy("c", [key.key_id])  # b never bound it: the id comes from c's records in the log
+        assert a.erased("c")  # catches up
+        with pytest.raises(KeyErased):
+            a.get("c", key.key_id)
+        with pytest.raises(KeyErased):
+            a.create("c")
+        b.destroy("c", [key.key_id])  # idempotent, and answered from memory
+        assert b.get("k", kept.key_id) == kept
+    last = latest(raw_records(kafka_bootstrap, keys_topic))
+    assert last[record_key("", key.key_id)] is None and last[record_key("", kept.key_id)] is not None
 
 
 def test_a_key_written_after_the_marker_is_void_and_tidied(kafka_bootstrap: str, keys_topic: str) -> None:

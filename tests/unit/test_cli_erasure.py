@@ -17,7 +17,7 @@ import pytest
 
 from engine.facade import HistoryEngine
 from engine.keys import FileKeyStore, MasterKey
-from engine.keys.files import bucket_of
+from engine.keys.files import spare_bucket
 from schemas.batch import Batch
 from schemas.errors import KeyErased, KeyStoreDamaged, StateUnavailable
 from schemas.events import BatchAppended, decode_event, encode_event
@@ -52,9 +52,17 @@ def data(tmp_path: Path) -> Path:
 
 
 def key_id_of(data: Path, conversation: str) -> str:
-    with FileKeyStore(data / "keys", read_only=True) as keys:
-        [(_, key_id)] = keys.list_keys(conversation)
-    return key_id
+    """The key id the conversation's first sealed record names (the log says which key sealed it)."""
+    with HistoryEngine.open(data) as engine:
+        for record in engine.log.read(0, 0, 100):
+            event = decode_event(record.value) if record.value.startswith(b"\xc3\x01") else None
+            if isinstance(event, BatchAppended) and event.conversation_id == conversation and event.sealed:
+                return event.sealed.key_id
+    raise AssertionError(f"no sealed record of {conversation!r}")
+
+
+def bucket_of_key(keys_dir: Path, key_id: str) -> Path:
+    return keys_dir / f"b-{spare_bucket(key_id):02x}.keys"
 
 
 def files_of(root: Path) -> dict[str, tuple[bytes, int]]:
@@ -111,7 +119,7 @@ def test_log_verify_counts_plain_sealed_erased_and_poison_records(capsys: Capsys
 
 
 def test_log_verify_frames_only_skips_the_record_counts(capsys: Capsys, data: Path) -> None:
-    (data / "keys" / f"b-{bucket_of('s'):02x}.keys").unlink()  # a missing key is not looked for either
+    bucket_of_key(data / "keys", key_id_of(data, "s")).unlink()  # a missing key is not looked for either
     code, out, _ = run(capsys, "--data", str(data), "log", "verify", "--frames-only")
     assert code == 0 and "6 records: clean" in out and "  records: " not in out and "sealed" not in out
 
@@ -127,7 +135,7 @@ def test_log_verify_reads_the_keys_while_an_engine_holds_them(capsys: Capsys, da
 
 
 def test_log_verify_reports_a_sealed_record_whose_key_the_store_lacks(capsys: Capsys, data: Path) -> None:
-    (data / "keys" / f"b-{bucket_of('s'):02x}.keys").unlink()  # a lost bucket: s was never erased
+    bucket_of_key(data / "keys", key_id_of(data, "s")).unlink()  # a lost bucket: s was never erased
     code, out, err = run(capsys, "--data", str(data), "log", "verify")
     assert code == 1
     assert "2 missing key" in out and "missing key at 0:1: " in out and "missing key at 0:5: " in out
@@ -176,14 +184,14 @@ def test_a_read_only_store_takes_no_lock_writes_nothing_and_refuses_writes(tmp_p
             later = writer.create("later")  # created after the reader loaded: found in its bucket file
             assert reader.get("later", later.key_id) == later
             with pytest.raises(KeyStoreDamaged):
-                reader.get("never", key.key_id)
+                reader.get("never", "0" * 32)
 
 
 def test_a_read_only_store_neither_cuts_a_torn_tail_nor_completes_a_destroy(tmp_path: Path) -> None:
     path = tmp_path / "keys"
     with FileKeyStore(path) as writer:
         key = writer.create("c")
-    bucket = path / f"b-{bucket_of('c'):02x}.keys"
+    bucket = bucket_of_key(path, key.key_id)
     with open(bucket, "ab") as f:
         f.write(b"\x00\x00\x00\x50torn")  # what a create killed mid-write leaves
     (path / "b-00.keys.tmp").write_bytes(b"a rewrite that never reached its rename")
@@ -206,8 +214,8 @@ def test_opening_with_a_wrong_master_key_cuts_no_torn_tail(tmp_path: Path) -> No
     key_a, key_b = MasterKey(b"a" * 32), MasterKey(b"b" * 32)
     path = tmp_path / "keys"
     with FileKeyStore(path, master=key_a) as writer:
-        writer.create("c")
-    bucket = path / f"b-{bucket_of('c'):02x}.keys"
+        key = writer.create("c")
+    bucket = bucket_of_key(path, key.key_id)
     with open(bucket, "ab") as f:
         f.write(b"\x00\x00\x00\x50torn")
     before = bucket.read_bytes()

@@ -58,15 +58,24 @@ def all_bytes(keys: Path) -> bytes:
     return b"".join(f.read_bytes() for f in sorted(keys.iterdir()) if f.is_file())
 
 
+def key_count(keys: Path, master: Path | None) -> int:
+    """Data keys on disk: the conversations' and the spares made ahead of them (``engine.keys.pool``)."""
+    with FileKeyStore(keys, read_only=True, master=load_master_key(master) if master else None) as store:
+        count = len(store.list_keys())
+    assert count > len(CONVERSATIONS)
+    return count
+
+
 def test_rotate_rewraps_every_key_and_the_old_master_key_opens_nothing(capsys: Capsys, tmp_path: Path) -> None:
     old, new = keygen(capsys, tmp_path / "old.key"), keygen(capsys, tmp_path / "new.key")
     root = tmp_path / "data"
     write_history(root, old)
     before = frames_under(root / "keys")
+    count = key_count(root / "keys", old)
     code, out, err = run(capsys, "--data", str(root), "keys", "rotate", "--old-key", str(old), "--new-key", str(new))
     assert code == 0, err
     new_id, old_id = load_master_key(new).key_id.hex(), load_master_key(old).key_id.hex()
-    assert f"{len(CONVERSATIONS)} data keys now wrapped by master key {new_id}" in out
+    assert f"{count} data keys now wrapped by master key {new_id}" in out
     assert "1 erasure markers kept" in out and f"master key {old_id} opens nothing" in out
     assert_reads(root, new)
     with pytest.raises(KeyStoreDamaged, match=f"wrapped by master key {new_id}, not by the given one"):
@@ -84,7 +93,7 @@ def test_rotate_wraps_an_unwrapped_store_and_unwrap_undoes_it(capsys: Capsys, tm
     write_history(root, None)
     with FileKeyStore(root / "keys", read_only=True) as keys:
         secrets = [keys.get(c, k).secret for c, k in keys.list_keys()]
-    assert len(secrets) == len(CONVERSATIONS) and all(s in all_bytes(root / "keys") for s in secrets)
+    assert len(secrets) == key_count(root / "keys", None) and all(s in all_bytes(root / "keys") for s in secrets)
     code, out, err = run(capsys, "--data", str(root), "keys", "rotate", "--new-key", str(new))
     assert code == 0, err
     assert not any(s in all_bytes(root / "keys") for s in secrets), "a plain secret is still on disk"
@@ -128,6 +137,11 @@ def test_a_rotation_cut_by_a_crash_is_finished_by_running_it_again(capsys: Capsy
     root = tmp_path / "data"
     write_history(root, old)
     keys = root / "keys"
+    count = key_count(keys, old)
+    for i in range(2):  # keys of three refills: three bucket files of spares, and the marker's
+        with FileKeyStore(keys, master=load_master_key(old)) as store:
+            store.create(f"more-{i}")
+    count = key_count(keys, old)
     buckets = sorted(keys.glob("b-*.keys"))
     assert len(buckets) >= 3
     # The crash: a copy rotated whole gives the buckets renamed before it; the rest are still old,
@@ -145,7 +159,7 @@ def test_a_rotation_cut_by_a_crash_is_finished_by_running_it_again(capsys: Capsy
         HistoryEngine.open(root, master_key_file=new)  # half rotated: the old key is still needed
     code, out, err = run(capsys, "--data", str(root), "keys", "rotate", "--old-key", str(old), "--new-key", str(new))
     assert code == 0, err
-    assert f"{len(CONVERSATIONS)} data keys now wrapped by master key {load_master_key(new).key_id.hex()}" in out
+    assert f"{count} data keys now wrapped by master key {load_master_key(new).key_id.hex()}" in out
     assert not list(keys.glob("*.tmp"))
     assert_reads(root, new)
 
