@@ -31,6 +31,7 @@ Thread-safe. Key material never appears in errors, logs or reprs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 from schemas.sealed import DataKey
@@ -46,7 +47,7 @@ class KeyStore(Protocol):
 
     def get(self, conversation_id: str, key_id: str) -> DataKey: ...
 
-    def destroy(self, conversation_id: str) -> None: ...
+    def destroy(self, conversation_id: str, key_ids: Sequence[str] = ()) -> None: ...
 
     def list_keys(self, conversation_id: str | None = None) -> list[tuple[str, str]]: ...
 

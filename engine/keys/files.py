@@ -37,6 +37,7 @@ import logging
 import os
 import threading
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -271,7 +272,7 @@ class FileKeyStore:
                                   "was never erased: this is not the key store the log was written with; "
                                   "restore it from a backup", where=str(self._path))
 
-    def destroy(self, conversation_id: str) -> None:
+    def destroy(self, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
         b = bucket_of(conversation_id)
         with self._bucket_locks[b], self._mutex:
             self._check()

@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
@@ -197,7 +197,7 @@ class KafkaKeyStore:
                                   "which was never erased: it is not the keys topic the log was written with",
                                   where=self._topic)
 
-    def destroy(self, conversation_id: str) -> None:
+    def destroy(self, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
         with self._lock:
             self._catch_up()
             if conversation_id not in self._markers:
