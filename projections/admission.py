@@ -127,6 +127,7 @@ def admit(tx: Tx, stats: keys.Stats, position: LogPosition, key: bytes, value: b
 
 def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known | None,
            want_event: bool, keys_: DataKeys | None) -> tuple[Decision, ProjectedEvent | None]:
+    opened = ""  # the key id of the sealed content opened, once it opened
     try:
         event = decode_event(value)  # only valid events: ids, ranges, times, formats
         if isinstance(event, ConversationCleared):
@@ -134,34 +135,48 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
             append_id = b""
         else:
             if event.sealed is not None:
+                key_id = event.sealed.key_id
                 event = open_content(event, keys_)  # DecryptionFailed (poison) or KeyErased
+                opened = key_id
             batch = event_batch(event, known.get((key, event.digest)) if known else None)
             append_id = event.append_id.encode("utf-8")
     except CorruptLog as e:
+        if opened:  # opened, then refused by event_batch: its key was used all the same
+            assert not isinstance(event, ConversationCleared)  # Invariant: only batches and replacements open.
+            conv = event.conversation_id.encode("utf-8")
+            if key == record_key_bytes(conv, event.append_id.encode("utf-8")):
+                _note_key(tx, conv, opened)
         return _corrupt(e.reason or str(e))
     except KeyErased:
         # Its conversation was cleared (every key of it is destroyed only after the clear is in the
         # log): the content is gone on purpose and the record has no effect; a writer still
         # waiting for it is told the conversation is closed.
         assert not isinstance(event, ConversationCleared)  # Invariant: only sealed content raises it.
+        assert event.sealed is not None and keys_ is not None  # Invariant: open_content raised it.
         if key != record_key_bytes(event.conversation_id.encode("utf-8"), event.append_id.encode("utf-8")):
             return _corrupt("record key does not match the event")
+        # A key a writer bound to the conversation before the clear and sealed with after it is
+        # in no K row the clear read: destroyed here (a no-op for a key already gone).
+        keys_.destroy(event.conversation_id, [event.sealed.key_id])
         row = conversation_row(tx, event.conversation_id)
         return Decision(Outcome.REJECTED_CLOSED if row is not None and row.closed else Outcome.ERASED), None
     conversation_id = ConversationID(event.conversation_id)  # already one: returned as is
     conv = conversation_id.encode("utf-8")
     if key != record_key_bytes(conv, append_id):
         return _corrupt("record key does not match the event")
+    if opened:  # whatever is decided below: accepted, a duplicate or any refusal
+        _note_key(tx, conv, opened)
     row = conversation_row(tx, conversation_id)
 
     if isinstance(event, ConversationCleared):
         if row is not None and row.closed:
             return Decision(Outcome.DUPLICATE), None
-        full.clear(tx, conv)
+        full.clear(tx, conv)  # leaves the K rows: projections.erasure.complete reads them
         tx.delete(keys.open_key(conv))
         tx.put(keys.conv_key(conv), keys.ConversationRow(closed=True).encode())
-        if row is not None:  # it had rows: until its files are cleaned (projections.erasure)
-            tx.put(keys.erasing_key(conv), b"")
+        # Always pending until projections.erasure.complete: its keys (K rows, even of records all
+        # refused) to destroy, and, if it had rows, its files to compact.
+        tx.put(keys.erasing_key(conv), keys.ERASE_COMPACT if row is not None else keys.ERASE_KEYS_ONLY)
         if not want_event:
             return Decision(Outcome.CLEARED), None
         return Decision(Outcome.CLEARED), ClearEvent(conversation_id, position, time_of(event.created_at_ms))
@@ -197,6 +212,15 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
                                            positions)
     return decision, BatchEvent(conversation_id, batch.append_id, batch.messages, event.digest, position, created,
                                 first_seq, positions)
+
+
+def _note_key(tx: Tx, conv: bytes, key_id: str) -> None:
+    """Record (a ``K`` row, once) that a record of ``conv`` was sealed under ``key_id``: what its
+    ``clear`` destroys. The caller checked the record's key matches its event (a record keyed
+    otherwise is poison, maybe in another partition than its conversation, and no writer's)."""
+    row_key = keys.key_id_key(conv, key_id)
+    if tx.get(row_key) is None:  # a point read that sees this step's pending writes
+        tx.put(row_key, b"")
 
 
 def conversation_row(rows: Rows, conversation_id: str) -> keys.ConversationRow | None:

@@ -7,16 +7,22 @@ cleanup that makes ``clear`` forget.
   when it does not open (poison), ``KeyStoreDamaged`` when the store never had the key (the
   projector stops: content is never skipped because a key store was lost).
 * ``complete``: what follows the commit of a ``ConversationCleared``, whose step deleted the
-  conversation's rows and, if it had any, wrote its ``E`` (erasing) row: destroy its keys, then (for
-  a conversation with an ``E`` row only) flush the memtable (so
-  the WAL that held its rows is retired), compact every key range its rows had (and the given
-  custom projections' ranges) down to the last level, so no file of the state keeps the rows or
-  their tombstones, then delete the ``E`` row. Each step is idempotent: a crash or an error in
-  between leaves the ``E`` row, and the next ``clear`` of the conversation, or the next open,
-  runs it again (``pending``).
+  conversation's rows (not its ``K`` rows) and wrote its ``E`` (erasing) row: destroy its keys,
+  its own and every one its ``K`` rows name (the data keys its records were sealed under, recorded
+  by admission whenever it opened one: a key store may bind a key to its conversation in memory
+  only, so the log, projected into ``K``, is the durable list), then (for a conversation whose
+  ``E`` row says it had rows, ``keys.ERASE_COMPACT``) flush the memtable (so the WAL that held its
+  rows is retired), compact every key range its rows had (and the given custom projections'
+  ranges) down to the last level, so no file of the state keeps the rows or their tombstones,
+  then delete the ``E`` and ``K`` rows in one WriteBatch. Each step is idempotent: a crash or an
+  error in between leaves the ``E`` and ``K`` rows, and the next ``clear`` of the conversation,
+  or the next open, runs it again (``pending``). A sealed record met after the clear
+  (``KeyErased``) has its own key destroyed by admission: a key bound before the clear and used
+  after it is in no ``K`` row the clear read.
 
 Cost of a clear: one key destroy (a bucket rewrite and two fsyncs, or one Kafka round trip), one
-memtable flush and a compaction of the files that overlap the conversation's ranges.
+scan of its ``K`` rows, one memtable flush and a compaction of the files that overlap the
+conversation's ranges (no flush nor compaction for one that had no rows).
 """
 
 from __future__ import annotations
@@ -38,7 +44,9 @@ class DataKeys(Protocol):
 
     def get(self, conversation_id: str, key_id: str) -> DataKey: ...
 
-    def destroy(self, conversation_id: str) -> None: ...
+    def destroy(self, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
+        """Write ``conversation_id``'s erasure marker (idempotent), then remove its own keys and
+        every key of ``key_ids`` still live; no I/O when it is erased and none of them is live."""
 
 
 def open_content(event: BatchAppended | TurnReplaced, keys_: DataKeys | None) -> BatchAppended | TurnReplaced:
@@ -61,17 +69,24 @@ def pending(store: StateStore) -> list[bytes]:
 def complete(store: StateStore, keys_: DataKeys | None, convs: Sequence[bytes],
              extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
     """Finish the erasure of ``convs`` (already closed, their rows deleted): see the module
-    docstring. Raises what the key store or RocksDB raised; the ``E`` rows then stay."""
+    docstring. Raises what the key store or RocksDB raised; the ``E`` and ``K`` rows then stay."""
+    snap = store.iterator()
+    used = {conv: [keys.read_key_id_key(k)[1] for k, _ in snap.scan(*keys.key_id_range(conv))] for conv in convs}
     if keys_ is not None:
         for conv in convs:
-            keys_.destroy(conv.decode("utf-8"))
-    # Only a conversation that had rows has an E row and files to clean: a replay that meets
-    # a clear after its records were erased (their keys destroyed) wrote none, and compacts nothing.
-    dirty = [conv for conv in convs if store.get(keys.erasing_key(conv)) is not None]
-    if not dirty:
+            keys_.destroy(conv.decode("utf-8"), used[conv])
+    marks = {conv: store.get(keys.erasing_key(conv)) for conv in convs}
+    # Only a conversation that had rows has files to clean (its E row says so): a replay that meets
+    # a clear after its records were erased (their keys destroyed) compacts nothing.
+    dirty = [conv for conv, mark in marks.items() if mark == keys.ERASE_COMPACT]
+    if dirty:
+        store.compact([*(r for conv in dirty for r in keys.erasure_ranges(conv)), *extra])
+    done = [conv for conv, mark in marks.items() if mark is not None or used[conv]]
+    if not done:
         return
-    store.compact([*(r for conv in dirty for r in keys.erasure_ranges(conv)), *extra])
     tx = store.tx()
-    for conv in dirty:
+    for conv in done:
         tx.delete(keys.erasing_key(conv))
+        for k in used[conv]:
+            tx.delete(keys.key_id_key(conv, k))
     tx.commit()

@@ -28,9 +28,11 @@ key                    meaning                                         value
 ``X`` conv 1F ext 1F   a visible message whose metadata ``external_id``  empty
       ord              is the JSON string ``ext`` (canonical spelling)
 ``O`` conv             an open conversation (listing pages)            empty
-``E`` conv             a cleared conversation whose files may still     empty
-                       hold its content (until ``projections.erasure``
-                       has compacted them)
+``E`` conv             a cleared conversation whose erasure has not    ``b""``: its files may hold content
+                       completed (``projections.erasure``: keys to     (compact them); ``b"k"``: it had no
+                       destroy, files to compact)                      rows, only keys to destroy
+``K`` conv 1F key_id   a record of the conversation was sealed under   empty
+                       data key ``key_id`` (what ``clear`` destroys)
 ``P`` name 00 part     checkpoint: next offset to apply (``core``'s:   offset (``core``: + ``Stats``)
                        with the partition's admission counters)
 ``Q`` part offset      a quarantined poison record                     reason (UTF-8)
@@ -76,12 +78,15 @@ __all__ = [
     "CHECKPOINT",
     "CONVERSATION",
     "CUSTOM",
+    "ERASE_COMPACT",
+    "ERASE_KEYS_ONLY",
     "ERASING",
     "EVIDENCE_FORMATS",
     "EXTERNAL",
     "FORMAT_KEY",
     "HIDDEN",
     "IDENTITY_KEY",
+    "KEY_ID",
     "MESSAGE",
     "META",
     "OPEN",
@@ -119,6 +124,8 @@ __all__ = [
     "external_range",
     "external_text",
     "hidden_key",
+    "key_id_key",
+    "key_id_range",
     "message_key",
     "message_keys",
     "meta_key",
@@ -132,6 +139,7 @@ __all__ = [
     "read_checkpoint_stats",
     "read_conv_key",
     "read_erasing_key",
+    "read_key_id_key",
     "read_key_u64",
     "read_open_key",
     "read_poison_key",
@@ -146,21 +154,22 @@ __all__ = [
     "turn_value",
 ]
 
-EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7"})
+EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8"})
 """The layouts whose ``core`` checkpoint rows begin with the next offset to apply (a u64): their
 checkpoints are evidence of acknowledged records (``engine/state.py``) even when the layout is
 older than ``STATE_FORMAT`` and is about to be rebuilt. Add each new layout that keeps that."""
 
-STATE_FORMAT = b"7"
-"""Version of this layout and of the admission rules that filled it (``m format``); a state of
-another version is rebuilt. 7: a user message flagged internal feedback opens no turn (turn
-positions change), ``created_at`` never decreases within a conversation, and the ``W``, ``X``
-and ``O`` indexes of history navigation. 6: one ``A`` row per batch instead of one per message,
-and the admission counters in ``core``'s checkpoint row instead of an ``X`` row of their own (a 2-message
-batch writes 8 keys, not 9, and a step 1 key per partition, not 2). 5: counters and custom
-projection rows per partition, so a partition's state is dropped whole. 4: every field of a
-decoded event is validated before admission, so a state of 3 may hold records (or counters)
-that a rebuild now decides as poison."""
+STATE_FORMAT = b"8"
+"""Version of this layout and of the admission rules that filled it (``m format``); a state of another
+version is rebuilt. 8: the ``K`` rows (the data keys each conversation's records were sealed
+under), so a rebuilt state lists the same keys as the live one. 7: a user message flagged internal
+feedback opens no turn (turn positions change), ``created_at`` never decreases within a
+conversation, and the ``W``, ``X`` and ``O`` indexes of history navigation. 6: one ``A`` row per
+batch instead of one per message, and the admission counters in ``core``'s checkpoint row instead
+of an ``X`` row of their own (a 2-message batch writes 8 keys, not 9, and a step 1 key per
+partition, not 2). 5: counters and custom projection rows per partition, so a partition's state is
+dropped whole. 4: every field of a decoded event is validated before admission, so a state of 3 may
+hold records (or counters) that a rebuild now decides as poison."""
 
 SEP = b"\x1f"
 END = b"\x20"
@@ -183,6 +192,7 @@ TIME = b"W"
 EXTERNAL = b"X"
 OPEN = b"O"
 ERASING = b"E"
+KEY_ID = b"K"
 
 CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT, TIME, EXTERNAL)
 """Every keyspace under ``prefix conv 1F``: what a clear drops (the ``C`` row keeps the closure)."""
@@ -344,6 +354,31 @@ def erasing_range() -> tuple[bytes, bytes]:
 
 def read_erasing_key(key: bytes) -> bytes:
     return key[len(ERASING):]
+
+
+ERASE_COMPACT = b""
+"""An ``E`` row's value when the conversation had rows: the state files must be compacted."""
+ERASE_KEYS_ONLY = b"k"
+"""An ``E`` row's value when it had none (only ``K`` rows, or nothing): its keys to destroy, no compaction."""
+
+
+def key_id_key(conv: bytes, key_id: str) -> bytes:
+    """A record of ``conv`` was sealed under data key ``key_id`` (32 lowercase hex digits,
+    ``schemas.sealed``; random, so the row holds no content). Written by admission whenever it
+    opened such a record, whatever it decided: the durable list of the keys ``clear`` destroys
+    (a key store may bind a key to its conversation in memory only)."""
+    return KEY_ID + conv + SEP + key_id.encode("ascii")
+
+
+def key_id_range(conv: bytes) -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of the ``K`` rows of ``conv``."""
+    return conv_range(KEY_ID, conv)
+
+
+def read_key_id_key(key: bytes) -> tuple[bytes, str]:
+    """``(conversation, key id)`` of a ``K`` key."""
+    conv, _, key_id = key[len(KEY_ID):].partition(SEP)
+    return conv, key_id.decode("ascii")
 
 
 def erasure_ranges(conv: bytes) -> list[tuple[bytes, bytes]]:

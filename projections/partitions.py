@@ -38,7 +38,7 @@ def drop_partition(store: StateStore, tx: Tx, partition: int, partitions: int) -
             tx.delete(keys.conv_key(conv))
             tx.delete(keys.open_key(conv))
             tx.delete(keys.erasing_key(conv))
-            for lower, upper in keys.conversation_ranges(conv):
+            for lower, upper in [*keys.conversation_ranges(conv), keys.key_id_range(conv)]:
                 tx.delete_range(lower, upper)
     tx.delete_range(*keys.poison_partition_range(partition))
     checkpoints = [k for k, _ in snap.scan(keys.CHECKPOINT, keys.prefix_end(keys.CHECKPOINT))]

@@ -18,6 +18,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +39,12 @@ def _inject(point: str, k: int) -> None:
     calls = {"destroy": 0, "compact": 0}
     destroy, compact = FileKeyStore.destroy, StateStore.compact
 
-    def patched_destroy(self: FileKeyStore, conversation_id: str) -> None:
+    def patched_destroy(self: FileKeyStore, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
         n = calls["destroy"]
         calls["destroy"] += 1
         if n == k and point == "before-destroy":
             _die()
-        destroy(self, conversation_id)
+        destroy(self, conversation_id, key_ids)
         if n == k and point == "after-destroy":
             _die()
 

@@ -11,6 +11,7 @@ checks, reading the log and every byte of every file under the data directory:
 * a conversation whose ``ConversationCleared`` is in the log is closed after the reopen (which
   completes pending erasures) and its content is in no file;
 * every other conversation is intact, byte-exact (its messages' canonical JSON);
+* the reopen leaves no ``E`` row, and ``K`` rows only of the intact conversations;
 * a second ``clear`` of a cleared conversation succeeds and leaves no trace either.
 """
 
@@ -29,6 +30,7 @@ from pathlib import Path
 import pytest
 
 from engine.facade import HistoryEngine
+from projections import keys
 from schemas.errors import ConversationClosed
 from schemas.events import ConversationCleared, decode_event
 from tests.reliability.erasure_support import (
@@ -122,6 +124,12 @@ def _check_after_crash(data: Path, tokens: dict[str, str], returned: list[str]) 
             else:
                 assert [m.canonical_json() for m in engine.read(conv)] == \
                        [m.canonical_json() for m in w.batches[0].messages]
+        # The reopen completed every pending erasure: no E row, and K rows (the keys each
+        # conversation's records were sealed under) only of the intact ones.
+        rows = dict(engine._store.iterator().scan(b"", b"\xff" * 8))
+        assert not [k for k in rows if k.startswith(keys.ERASING)]
+        with_keys = {keys.read_key_id_key(k)[0].decode() for k in rows if k.startswith(keys.KEY_ID)}
+        assert with_keys == set(tokens) - cleared
     for conv in cleared:
         found = files_holding(data, needles_of(written[conv]))
         assert not found, f"{conv} cleared (clear returned: {conv in returned}) but files hold it: {found}"

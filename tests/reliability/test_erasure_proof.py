@@ -14,6 +14,7 @@ key store), for ``fsync`` "always" and "never" and 1 or 4 partitions.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -143,11 +144,11 @@ class _DestroyFailsOnce:
         self.calls = 0
         real = FileKeyStore.destroy
 
-        def destroy(keys: FileKeyStore, conversation_id: str) -> None:
+        def destroy(keys: FileKeyStore, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
             self.calls += 1
             if self.calls == 1:
                 raise OSError(28, "No space left on device (injected)")
-            real(keys, conversation_id)
+            real(keys, conversation_id, key_ids)
 
         monkeypatch.setattr(FileKeyStore, "destroy", destroy)
 

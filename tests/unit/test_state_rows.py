@@ -30,8 +30,9 @@ def test_a_two_message_batch_writes_one_row_per_message_kind_and_one_per_batch_k
             eng.append(Batch("c", f"a{i}", [Message.user(f"q{i}"), Message.assistant(f"r{i}")]))
         kinds = Counter(k[:1] for k in _rows(eng) if not k.startswith(keys.META))
     # Per message M and N; per batch R, A and W (its time); per turn T; one summary row and one
-    # open-conversation row, one checkpoint (with the counters: there is no other row of them).
-    assert kinds == {b"M": 6, b"N": 6, b"R": 3, b"A": 3, b"W": 3, b"T": 3, b"C": 1, b"O": 1, b"P": 1}
+    # open-conversation row, one checkpoint (with the counters: there is no other row of them);
+    # one K row per data key the conversation's records were sealed under (one engine: one key).
+    assert kinds == {b"M": 6, b"N": 6, b"R": 3, b"A": 3, b"W": 3, b"T": 3, b"C": 1, b"O": 1, b"P": 1, b"K": 1}
 
 
 def _say(aid: str, *roles: str) -> Batch:
@@ -81,6 +82,7 @@ def test_running_sums_survive_replacements_inside_and_across_batches(tmp_path: P
         eng.replace_turn(_say("r4", "user", "assistant", "user", "assistant", "assistant"), "a5/2", "edit")
         _check_sums(eng)
         built = _rows(eng)
+        assert [k for k in built if k.startswith(keys.KEY_ID)]  # the rebuild must list the same keys
         stats = eng.stats()
     shutil.rmtree(tmp_path / "state")
     with HistoryEngine.open(tmp_path, fsync="never") as eng:  # a rebuild from the log

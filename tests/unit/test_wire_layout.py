@@ -49,7 +49,7 @@ def test_one_partition_takes_everything() -> None:
 def test_every_key_keeps_its_bytes() -> None:
     c = b"conv"
     ord8 = (3).to_bytes(8, "big")
-    assert keys.STATE_FORMAT == b"7"
+    assert keys.STATE_FORMAT == b"8"
     assert keys.conv_key(c) == b"Cconv"
     assert keys.read_conv_key(b"Cconv") == c
     assert keys.receipt_key(c, b"a/1") == b"Rconv\x1fa/1"
@@ -74,6 +74,11 @@ def test_every_key_keeps_its_bytes() -> None:
     old_row = b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7))
     assert keys.read_checkpoint_stats(old_row) == keys.Stats(1, 2, 3, 4, 5, 6, 7, 0, 0)
     assert keys.erasing_key(c) == b"Econv"
+    kid = "0123456789abcdef0123456789abcdef"
+    assert keys.key_id_key(c, kid) == b"Kconv\x1f" + kid.encode()
+    assert keys.read_key_id_key(keys.key_id_key(c, kid)) == (c, kid)
+    assert keys.key_id_range(c) == (b"Kconv\x1f", b"Kconv\x20")
+    assert (keys.ERASE_COMPACT, keys.ERASE_KEYS_ONLY) == (b"", b"k")
     assert keys.read_checkpoint_stats(None) == keys.read_checkpoint_stats(keys.checkpoint_value(7)) == keys.Stats()
     m, n, s = keys.message_keys(c)
     assert (m + ord8, n + ord8, s + ord8) == (keys.message_key(c, 3), keys.source_key(c, 3), keys.system_key(c, 3))
