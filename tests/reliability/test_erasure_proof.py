@@ -13,6 +13,7 @@ key store), for ``fsync`` "always" and "never" and 1 or 4 partitions.
 
 from __future__ import annotations
 
+import secrets as secrets_module
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,8 +33,13 @@ from tests.reliability.erasure_support import (
     needles_of,
     snapshot,
     token_batch,
+    victim_token,
     write_conversation,
 )
+
+
+def holds_bytes(root: Path, needle: bytes) -> bool:
+    return any(needle in p.read_bytes() for p in root.rglob("*") if p.is_file())
 
 OTHERS = [f"other-{i}" for i in range(6)]
 
@@ -215,3 +221,38 @@ def test_no_external_id_in_the_manifest_after_clear(tmp_path: Path) -> None:
     with HistoryEngine.open(root) as engine:
         engine.clear("zz-victim")
     _assert_forgotten(root, w)
+
+
+def test_a_conversation_written_over_several_lifetimes_is_forgotten_with_every_key(tmp_path: Path) -> None:
+    """Each process lifetime seals a conversation under the spare key it bound (in memory only:
+    engine/keys/pool.py), so a conversation appended to across restarts has several keys, and
+    only the log (the state's K rows) says which: a clear in a later lifetime, which bound none
+    of them, destroys them all; no file holds any of their secrets or the content."""
+    root = tmp_path / "data"
+    victim, kept = Written("victim"), Written("kept")
+    secrets_of: dict[str, list[bytes]] = {"victim": [], "kept": []}
+    for life in range(3):
+        with HistoryEngine.open(root) as engine:
+            assert engine.keys is not None
+            for w, token in ((victim, victim_token()), (kept, secrets_module.token_hex(16))):
+                batch = token_batch(w.conv, f"life-{life}", token)
+                w.receipts.append(engine.append(batch))
+                w.tokens.append(token)
+                w.batches.append(batch)
+                ((_, key_id),) = engine.keys.list_keys(w.conv)  # this lifetime's binding
+                secrets_of[w.conv].append(engine.keys.get(w.conv, key_id).secret)
+    assert len(set(secrets_of["victim"])) == 3, "every lifetime bound another key"
+    assert all(holds_bytes(root, s) for s in secrets_of["victim"])  # the proof below can fail
+    with HistoryEngine.open(root) as engine:
+        before = snapshot(engine, ["kept"])
+        engine.clear("victim")
+        _assert_closed(engine, victim.conv)
+    needles = {**needles_of(victim), **{f"key secret {i}": s for i, s in enumerate(secrets_of["victim"])}}
+    found = files_holding(root, needles)
+    assert not found, f"the cleared conversation or one of its keys is still in: {found}"
+    assert all(holds_bytes(root, s) for s in secrets_of["kept"])
+    shutil.rmtree(root / "state")
+    with HistoryEngine.open(root) as engine:  # a rebuild: the victim's records are erased, the rest intact
+        assert snapshot(engine, ["kept"]) == before
+        _assert_closed(engine, victim.conv)
+        assert engine.stats().erased == 3
