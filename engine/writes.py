@@ -19,7 +19,7 @@ from engine.arguments import Empty, check_timeout, expected_of
 from engine.keys import KeyStore
 from engine.log.base import Log
 from engine.refusals import answer
-from projections.admission import Decision, Outcome, Rows, conversation_row, precheck
+from projections.admission import Decision, Outcome, Own, Rows, conversation_row, precheck
 from projections.delivery import Ticket
 from projections.reads import Reads
 from projections.runtime import Projector
@@ -150,13 +150,14 @@ class Writes:
         known = precheck(rows, conversation_row(rows, c), event, batch, in_log_order=False)
         if known is not None:
             return self._answer(batch, known, None)
+        own = Own(event, event, batch, None)
         if self._keys is not None:
             try:
                 key = self._keys.create(c)  # the conversation's key: made (durably) by its first append
             except KeyErased:
                 return self._answer(batch, Decision(Outcome.REJECTED_CLOSED), None)  # cleared meanwhile
-            event = seal_event(event, key)
-        return self._produce(record_key(c, a), encode_event(event), timeout, batch,
+            own = Own(seal_event(event, key), event, batch, key)
+        return self._produce(record_key(c, a), encode_event(own.event), timeout, own,
                              f"append {str(a)!r} to {str(c)!r}",
                              "resend the same Batch (it is safe: a retry returns the original receipt)")
 
@@ -186,13 +187,14 @@ class Writes:
         keys = self._keys
         return keys is not None and not keys.known(conversation_id)
 
-    def _produce(self, key: bytes, value: bytes, timeout: float, batch: Batch | None, what: str,
+    def _produce(self, key: bytes, value: bytes, timeout: float, own: Own | None, what: str,
                  then: str) -> Written:
         """Take the ticket, then produce the record and let the ticket follow it (its position,
         its write's failure): the ticket is released here if the produce raises, else by
-        whoever waits on the returned ``Written``."""
+        whoever waits on the returned ``Written``. ``own`` (a batch's events, None for a clear)
+        lets the projector admit exactly these bytes without decoding and opening them again."""
         deadline = time.monotonic() + timeout
-        ticket = self._projector.expect(key, batch)
+        ticket = self._projector.expect(key, value, own)
         try:
             self._projector.check_owned(key)  # a revoke begun before the ticket was taken: do not write
             produced = self._log.produce(key, value, timeout=timeout, lead=not _on_loop())
@@ -200,7 +202,7 @@ class Writes:
         except BaseException:
             ticket.release()
             raise
-        return Written(ticket, produced.partition, deadline, timeout, batch, what, then)
+        return Written(ticket, produced.partition, deadline, timeout, own.batch if own else None, what, then)
 
     def submitter(self) -> Executor:
         """The bounded pool that runs an event loop's submits (``engine.aio``) when the log's

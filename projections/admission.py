@@ -30,7 +30,7 @@ applies them to its local state, where they answer only what no later record can
 Whether a record is poison is decided from its key and value alone, before any state is read,
 so a damaged record is poison whatever state it meets, on every instance, with or without custom
 projections: a record that is not poison always fits the state's rows (``keys``). Messages are
-parsed for every record (except batches this process wrote itself: ``Known``).
+decoded, opened and parsed for every record except the bytes this process wrote itself (``Known``).
 """
 
 from __future__ import annotations
@@ -49,9 +49,10 @@ from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, dec
 from schemas.ids import AppendID, ConversationID, MessageID
 from schemas.positions import LogPosition
 from schemas.records import record_key_bytes
+from schemas.sealed import DataKey
 from schemas.times import time_of
 
-__all__ = ["Decision", "Outcome", "Rows", "admit", "conversation_row", "precheck"]
+__all__ = ["Decision", "Known", "Outcome", "Own", "Rows", "admit", "conversation_row", "precheck"]
 
 
 class Outcome(enum.StrEnum):
@@ -90,9 +91,27 @@ def _corrupt(reason: str) -> tuple[Decision, None]:
     return Decision(Outcome.CORRUPT, reason=reason), None
 
 
-Known = dict[tuple[bytes, str], Batch]
-"""Batches this process is appending, by (record key, digest): already validated, so the
-projector need not parse their bytes again. Records from elsewhere are always parsed."""
+@dataclass(frozen=True, slots=True)
+class Own:
+    """A record this process is producing, as it built it: ``event`` the event it encoded (sealed
+    under ``key``, or plain with ``key`` None), ``plain`` its plain form (``event`` itself when
+    plain) and ``batch`` the validated batch both carry."""
+
+    event: BatchAppended | TurnReplaced
+    plain: BatchAppended | TurnReplaced
+    batch: Batch
+    key: DataKey | None
+
+
+Known = dict[tuple[bytes, bytes], Own]
+"""The records this process is producing, by (record key, value bytes). A record whose bytes are
+exactly these is the event this process encoded, so admission takes its decoded, opened and
+validated forms from here instead of decoding, opening and parsing the bytes again: the same
+verdict (``decode_event``, ``open_event`` and ``event_batch`` are pure functions of the bytes and
+the key, and give back exactly the valid event they were built from), except for what does not
+depend on the bytes alone, which is still checked: the key store's key for it (a destroyed
+one is ``KeyErased``, a different one takes the full path), the record key, the state. Records
+from elsewhere, and any byte changed, take the full path."""
 
 
 _COUNTERS = {
@@ -129,16 +148,18 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
            want_event: bool, keys_: DataKeys | None) -> tuple[Decision, ProjectedEvent | None]:
     opened = ""  # the key id of the sealed content opened, once it opened
     try:
-        event = decode_event(value)  # only valid events: ids, ranges, times, formats
+        own = known.get((key, value)) if known else None  # this process's bytes: decoded and checked
+        event = decode_event(value) if own is None else own.event  # only valid events: ids, ranges, times
         if isinstance(event, ConversationCleared):
             batch = None
             append_id = b""
         else:
-            if event.sealed is not None:
+            if event.sealed is not None:  # the key store still decides: KeyErased, or another key
                 key_id = event.sealed.key_id
-                event = open_content(event, keys_)  # DecryptionFailed (poison) or KeyErased
+                own = own if own is not None and _same_key(keys_, event, own.key) else None
+                event = open_content(event, keys_) if own is None else own.plain  # DecryptionFailed or KeyErased
                 opened = key_id
-            batch = event_batch(event, known.get((key, event.digest)) if known else None)
+            batch = event_batch(event) if own is None else own.batch
             append_id = event.append_id.encode("utf-8")
     except CorruptLog as e:
         if opened:  # opened, then refused by event_batch: its key was used all the same
@@ -221,6 +242,12 @@ def _note_key(tx: Tx, conv: bytes, key_id: str) -> None:
     row_key = keys.key_id_key(conv, key_id)
     if tx.get(row_key) is None:  # a point read that sees this step's pending writes
         tx.put(row_key, b"")
+
+
+def _same_key(keys_: DataKeys | None, event: BatchAppended | TurnReplaced, key: DataKey | None) -> bool:
+    """Whether the key store gives ``key`` for the sealed ``event`` (``KeyErased`` once destroyed)."""
+    assert event.sealed is not None  # Invariant: asked of sealed events only.
+    return keys_ is not None and key is not None and keys_.get(event.conversation_id, event.sealed.key_id) == key
 
 
 def conversation_row(rows: Rows, conversation_id: str) -> keys.ConversationRow | None:

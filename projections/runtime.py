@@ -35,14 +35,13 @@ from pathlib import Path
 from typing import Protocol
 
 from projections import erasure, keys
-from projections.admission import Decision, Known, Outcome, admit
+from projections.admission import Decision, Known, Outcome, Own, admit
 from projections.custom import Projection, ProjectionTx, check_name, keyspace
 from projections.delivery import Deliveries, Subscription, Ticket
 from projections.erasure import DataKeys
 from projections.events import ClearEvent, ProjectedEvent
 from projections.partitions import Ownership, PartitionState
 from projections.store import DamagedState, StateStore, Tx
-from schemas.batch import Batch
 from schemas.errors import DuplicateProjection, LogUnavailable, ProjectionError, StateUnavailable
 from schemas.positions import LogPosition
 from schemas.records import read_record_conv
@@ -396,16 +395,18 @@ class Projector(Ownership):
         return any(True for _ in self.store.iterator().scan(*keys.checkpoint_range(name)))
 
     # -- waiting and reading -----------------------------------------------------------------
-    def expect(self, key: bytes, batch: Batch | None = None) -> Ticket:
+    def expect(self, key: bytes, value: bytes | None = None, own: Own | None = None) -> Ticket:
         """Tell the projector that this process is about to append a record under ``key`` (take
         this before producing it): the ticket answers the decision for the position the append
         returns (``Ticket.wait``, or ``Ticket.watch`` from an event loop) until it is released.
-        A ``batch`` is validated already, so its record is applied without parsing the bytes again
-        (they are still compared with the batch's canonical bytes)."""
-        if batch is None:
+        With ``own`` (the event, plain form and validated batch that ``value`` encodes), a record
+        of exactly these bytes under ``key`` is admitted without decoding, opening or parsing them
+        again (``admission.Known``); the entry is dropped when the ticket is released, so the
+        memory held is bounded by the appends in flight."""
+        if value is None or own is None:
             return self.deliveries.take(key)
-        entry = (key, batch.digest)
-        self._known[entry] = batch
+        entry = (key, value)
+        self._known[entry] = own
         try:
             return self.deliveries.take(key, lambda: self._known.pop(entry, None))
         except BaseException:
@@ -413,9 +414,9 @@ class Projector(Ownership):
             raise
 
     @contextlib.contextmanager
-    def expecting(self, key: bytes, batch: Batch | None = None) -> Iterator[Ticket]:
+    def expecting(self, key: bytes, value: bytes | None = None, own: Own | None = None) -> Iterator[Ticket]:
         """``expect`` for the duration of a ``with`` block."""
-        ticket = self.expect(key, batch)
+        ticket = self.expect(key, value, own)
         try:
             yield ticket
         finally:

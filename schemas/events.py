@@ -55,11 +55,20 @@ from io import BytesIO
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from fastavro import parse_schema, schemaless_reader, schemaless_writer
+from fastavro import parse_schema, schemaless_reader
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from schemas.canonical import digest_of
 from schemas.errors import CorruptLog, HistoryError, InvalidBatch
+from schemas.event_body import (
+    BATCH_FIELDS,
+    CLEARED_FIELDS,
+    REPLACED_FIELDS,
+    SEALED_FIELDS,
+    batch_body,
+    cleared_body,
+    replaced_body,
+)
 from schemas.event_rules import (
     INT_MAX,
     INT_MIN,
@@ -301,9 +310,6 @@ _WRITERS: dict[bytes, _Writer] = {
 _PREFIX_BATCH: Final = MAGIC + BATCH_APPENDED_FINGERPRINT
 _PREFIX_CLEARED: Final = MAGIC + CONVERSATION_CLEARED_FINGERPRINT
 _PREFIX_REPLACED: Final = MAGIC + TURN_REPLACED_FINGERPRINT
-_SCHEMA_BATCH: Final = _CURRENT[BatchAppended.AVRO_NAME]
-_SCHEMA_CLEARED: Final = _CURRENT[ConversationCleared.AVRO_NAME]
-_SCHEMA_REPLACED: Final = _CURRENT[TurnReplaced.AVRO_NAME]
 
 
 def _full_name(name: str) -> str:
@@ -387,8 +393,26 @@ TURN_REPLACED_V1_FINGERPRINT: Final[bytes] = _HISTORIC_PRINTS["turn_replaced.avs
 replacement is written with."""
 _PREFIX_PLAIN_BATCH: Final = MAGIC + BATCH_APPENDED_V2_FINGERPRINT
 _PREFIX_PLAIN_REPLACED: Final = MAGIC + TURN_REPLACED_V1_FINGERPRINT
-_SCHEMA_PLAIN_BATCH: Final = _WRITERS[BATCH_APPENDED_V2_FINGERPRINT].schema
-_SCHEMA_PLAIN_REPLACED: Final = _WRITERS[TURN_REPLACED_V1_FINGERPRINT].schema
+
+
+def _layout(schema: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A parsed record schema's (field, type) pairs as ``schemas.event_body`` names them."""
+    def kind(t: Any) -> Any:
+        if isinstance(t, dict) and t["type"] == "fixed":
+            return t["size"]
+        if isinstance(t, list) and isinstance(t[-1], dict):  # ["null", SealedContent]
+            return ["null", _layout(t[-1])]
+        return t
+    return [(f["name"], kind(f["type"])) for f in schema["fields"]]
+
+
+# Invariant: the hand-written bodies (schemas.event_body) follow these schemas' fields exactly.
+_SEALED_LAYOUT: Final = ("sealed", ["null", list(SEALED_FIELDS)])
+assert _layout(_WRITERS[BATCH_APPENDED_V2_FINGERPRINT].schema) == list(BATCH_FIELDS)
+assert _layout(_CURRENT[BatchAppended.AVRO_NAME]) == [*BATCH_FIELDS, _SEALED_LAYOUT]
+assert _layout(_WRITERS[TURN_REPLACED_V1_FINGERPRINT].schema) == list(REPLACED_FIELDS)
+assert _layout(_CURRENT[TurnReplaced.AVRO_NAME]) == [*REPLACED_FIELDS, _SEALED_LAYOUT]
+assert _layout(_CURRENT[ConversationCleared.AVRO_NAME]) == list(CLEARED_FIELDS)
 
 # --------------------------------------------------------------------------- codec
 
@@ -415,6 +439,8 @@ def encode_event(event: Event) -> bytes:
     encodable as UTF-8, and ``InvalidConfiguration`` (a ``ValueError``) for an unrepresentable
     ``created_at_ms``; nothing partial is ever returned. Other field rules are the reader's
     (``decode_event``): tests and tools may still write such poison records on purpose.
+    The body is written by ``schemas.event_body``: fastavro's bytes exactly, at about half a
+    plain event's former cost and a quarter of a sealed one's (whose union fastavro validated).
     """
     cls = type(event)
     if cls is BatchAppended or cls is TurnReplaced:
@@ -428,29 +454,8 @@ def encode_event(event: Event) -> bytes:
         _check_int(event.content_bytes, "content_bytes", LONG_MIN, LONG_MAX)
         _check_int(event.created_at_ms, "created_at_ms", LONG_MIN, LONG_MAX)
         check_time_ms(event.created_at_ms)
-        record: dict[str, Any] = {
-            "conversation_id": event.conversation_id,
-            "append_id": event.append_id,
-            "digest": event.digest,
-            "messages": event.messages,
-            "message_count": event.message_count,
-            "content_bytes": event.content_bytes,
-            "created_at_ms": event.created_at_ms,
-        }
         sealed = event.sealed
-        if isinstance(event, BatchAppended):
-            if event.expected_last is not None:
-                _check_str(event.expected_last, "expected_last")
-            record["expected_last"] = event.expected_last
-            prefix, schema = (_PREFIX_PLAIN_BATCH, _SCHEMA_PLAIN_BATCH) if sealed is None else (
-                _PREFIX_BATCH, _SCHEMA_BATCH)
-        else:
-            _check_str(event.old_turn_id, "old_turn_id")
-            _check_str(event.reason, "reason")
-            record["old_turn_id"] = event.old_turn_id
-            record["reason"] = event.reason
-            prefix, schema = (_PREFIX_PLAIN_REPLACED, _SCHEMA_PLAIN_REPLACED) if sealed is None else (
-                _PREFIX_REPLACED, _SCHEMA_REPLACED)
+        parts: tuple[str, bytes, bytes, bytes] | None = None
         if sealed is not None:
             if not isinstance(sealed, Sealed):
                 raise TypeError(f"sealed must be a schemas.sealed.Sealed, not {type(sealed).__name__}")
@@ -460,21 +465,25 @@ def encode_event(event: Event) -> bytes:
                     raise TypeError(f"sealed.{name} must be bytes")
             if len(sealed.nonce) != 12 or len(sealed.mac) != 32:
                 raise ValueError("sealed.nonce is 12 bytes and sealed.mac 32 (Avro fixed)")
-            record["sealed"] = {"key_id": sealed.key_id, "nonce": sealed.nonce, "ciphertext": sealed.ciphertext,
-                                "mac": sealed.mac}
-    elif cls is ConversationCleared:
+            parts = (sealed.key_id, sealed.nonce, sealed.ciphertext, sealed.mac)
+        if isinstance(event, BatchAppended):
+            if event.expected_last is not None:
+                _check_str(event.expected_last, "expected_last")
+            return (_PREFIX_PLAIN_BATCH if sealed is None else _PREFIX_BATCH) + batch_body(
+                event.conversation_id, event.append_id, event.digest, event.messages, event.message_count,
+                event.content_bytes, event.created_at_ms, event.expected_last, parts)
+        _check_str(event.old_turn_id, "old_turn_id")
+        _check_str(event.reason, "reason")
+        return (_PREFIX_PLAIN_REPLACED if sealed is None else _PREFIX_REPLACED) + replaced_body(
+            event.conversation_id, event.append_id, event.digest, event.messages, event.message_count,
+            event.content_bytes, event.created_at_ms, event.old_turn_id, event.reason, parts)
+    if cls is ConversationCleared:
         assert isinstance(event, ConversationCleared)  # Invariant: narrowed by the exact type check above.
         _check_str(event.conversation_id, "conversation_id")
         _check_int(event.created_at_ms, "created_at_ms", LONG_MIN, LONG_MAX)
         check_time_ms(event.created_at_ms)
-        record = {"conversation_id": event.conversation_id, "created_at_ms": event.created_at_ms}
-        prefix, schema = _PREFIX_CLEARED, _SCHEMA_CLEARED
-    else:
-        raise TypeError(f"not a histlog event: {cls.__name__}")
-    buf = BytesIO()
-    buf.write(prefix)
-    schemaless_writer(buf, schema, record)
-    return buf.getvalue()
+        return _PREFIX_CLEARED + cleared_body(event.conversation_id, event.created_at_ms)
+    raise TypeError(f"not a histlog event: {cls.__name__}")
 
 
 def _corrupt(reason: str, detail: str) -> CorruptLog:

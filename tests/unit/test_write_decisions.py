@@ -87,7 +87,7 @@ def test_a_decision_is_not_forgotten_behind_many_later_ones(engine: HistoryEngin
     applied before the writer looks: its decision is still the real one."""
     batch = _batch("c", "first")
     key = record_key("c", "first")
-    with engine._projector.expecting(key, batch) as ticket:
+    with engine._projector.expecting(key) as ticket:
         position = engine.log.append(key, encode_event(BatchAppended.of(batch, 1_700_000_000_000)))
         for i in range(1000):
             other = _batch(f"o{i % 7}", f"x{i}")
@@ -103,7 +103,7 @@ def test_a_decision_is_not_forgotten_behind_many_later_ones(engine: HistoryEngin
 def test_a_ticket_holds_only_the_decisions_under_its_key(engine: HistoryEngine) -> None:
     batch = _batch("c", "a")
     key = record_key("c", "a")
-    with engine._projector.expecting(key, batch) as ticket:
+    with engine._projector.expecting(key) as ticket:
         for i in range(50):
             engine.append(_batch("c", f"b{i}"))
         position = engine.log.append(key, encode_event(BatchAppended.of(batch, 1_700_000_000_000)))
