@@ -65,6 +65,7 @@ from bench.common import Run, batch, best_us, conversation, event_bytes, percent
 from engine import HistoryEngine
 from engine.keys import FileKeyStore
 from engine.keys.files import BUCKETS, bucket_of
+from engine.keys.pool import BATCH
 from engine.log.base import record_key
 from engine.log.file import FileLog
 from schemas.canonical import digest_of
@@ -309,7 +310,7 @@ def _components(root: Path, quick: bool) -> dict[str, float]:
         sealed = seal_event(plain, key)
         framed_sealed = encode_event(sealed)
         # New conversations back to back: each takes a spare (engine/keys/pool.py); the refills
-        # (64 keys, one append + fsync) run beside them, and a take waits when the pool ran dry,
+        # (BATCH keys, one append + fsync) run beside them, and a take waits when the pool ran dry,
         # so this is the amortized cost of a new conversation's key, refills included.
         n_new = 256 if quick else 2048
         start = time.perf_counter_ns()
@@ -319,7 +320,7 @@ def _components(root: Path, quick: bool) -> dict[str, float]:
         start = time.perf_counter_ns()
         refills = 4 if quick else 16
         for _ in range(refills):
-            keys._make_spares(64)  # one refill alone: 64 keys derived, framed, appended, fsynced
+            keys._make_spares(BATCH)  # one refill alone: BATCH keys derived, framed, appended, fsynced
         refill_us = (time.perf_counter_ns() - start) / refills / 1000
         out = {
             "encode_plain_us": _best_us(lambda: encode_event(BatchAppended.of(b, 1)), iterations),
@@ -332,7 +333,7 @@ def _components(root: Path, quick: bool) -> dict[str, float]:
             "key_lookup_us": _best_us(lambda: keys.get(b.conversation_id, key.key_id), iterations),
             "key_create_known_us": _best_us(lambda: keys.create(b.conversation_id), iterations),
             "key_create_new_us": round(create_us, 1),
-            "key_refill_64_us": round(refill_us, 1),
+            "key_refill_us": round(refill_us, 1),
         }
     # What a sealed record adds to the CPU of one append, summed from the pieces: the writer's seal
     # + v3 encode and key lookup, the projector's v3 decode, open (and digest) and key lookup.
@@ -477,7 +478,7 @@ def report(result: dict[str, Any]) -> str:
                 f"{a[f'{n}_appends_per_fsync']}/fsync" for n in ("sealed", "plain")]
         lines.append(f"  {a['shape']:>7} {a['writers']:>2} writers: {cost[0]:34} | {cost[1]}")
     lines.append("components (µs; key_create_new: a new conversation's key, amortized over its refills; "
-                 "key_refill_64: one refill of 64 spares, an append + fsync)")
+                 f"key_refill: one refill of {BATCH} spares, an append + fsync)")
     lines.append("  " + ", ".join(f"{k.removesuffix('_us')} {v}" for k, v in result["components"].items()))
     deltas = [f"{a['writers']}: {a['sealed_cpu_us'] - a['plain_cpu_us']:+.0f}" for a in result["appends"]
               if a["shape"] == "reused"]

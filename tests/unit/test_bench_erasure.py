@@ -33,7 +33,7 @@ def test_a_tiny_run_measures_every_case_for_both_engines() -> None:
     assert result["replay"]["records"] == 200 and len(result["replay"]["rounds"]) == 2
     assert result["clear"]["clears"] == 6  # 3 per round, each a different conversation
     parts = result["components"]
-    assert parts["key_create_new_us"] > 0 and parts["key_refill_64_us"] > parts["key_lookup_us"]  # an fsync
+    assert parts["key_create_new_us"] > 0 and parts["key_refill_us"] > parts["key_lookup_us"]  # an fsync
     situ = result["in_situ"]
     assert situ["writers"] == 4 and situ["sealed_seal_event_us"] > 0 and situ["sealed_keys.get_us"] > 0
     # The projector admits the engine's own records from what it encoded: no decode, no open.

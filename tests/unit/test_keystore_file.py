@@ -239,7 +239,7 @@ def test_torn_tail_of_a_refill_keeps_its_whole_spares_and_cuts_the_rest(tmp_path
     full = bucket.read_bytes()
     one = len(full) // len(spares)
     assert one * len(spares) == len(full)
-    cuts = sorted({*range(0, 2 * one + 1), *range(len(full) - one, len(full) + 1), *range(0, len(full), 97)})
+    cuts = sorted({*range(0, 2 * one + 1), *range(len(full) - one, len(full) + 1), *range(0, len(full), 997)})
     for cut in cuts:
         bucket.write_bytes(full[:cut])
         with FileKeyStore(path) as store:
