@@ -105,13 +105,13 @@ def _derive(secret: bytes, info: bytes) -> bytes:
 
 @dataclass(frozen=True, slots=True, repr=False)
 class DataKey:
-    """A conversation's data key: its id, its secret and the two keys derived from it (derived once,
-    at construction: ~20 us, then every seal reuses them). ``repr`` never shows key material."""
+    """A conversation's data key: its id, its secret and the two keys derived from it, derived on
+    first use (~20 us, then every seal reuses them): a key store loads, rewrites and rotates
+    records without deriving keys it never seals or opens with. ``repr`` never shows key material."""
 
     key_id: str
     secret: bytes
-    _aead: AESGCM = field(init=False, compare=False)
-    _mac_key: bytes = field(init=False, compare=False)
+    _derived: list[object] = field(init=False, compare=False, default_factory=list)  # [AESGCM, mac key]
 
     def __post_init__(self) -> None:
         problem = key_id_problem(self.key_id)
@@ -119,8 +119,18 @@ class DataKey:
             raise ValueError(problem)
         if type(self.secret) is not bytes or len(self.secret) != SECRET_BYTES:
             raise ValueError(f"a data key secret is {SECRET_BYTES} bytes")
-        object.__setattr__(self, "_aead", AESGCM(_derive(self.secret, _INFO_ENC)))
-        object.__setattr__(self, "_mac_key", _derive(self.secret, _INFO_MAC))
+
+    def _keys(self) -> list[object]:
+        derived = self._derived
+        if not derived:  # two threads may both derive: the same keys, one list wins
+            derived[:] = [AESGCM(_derive(self.secret, _INFO_ENC)), _derive(self.secret, _INFO_MAC)]
+        return derived
+
+    @property
+    def _aead(self) -> AESGCM:
+        aead = self._keys()[0]
+        assert isinstance(aead, AESGCM)  # Invariant: _keys puts the AESGCM first.
+        return aead
 
     @classmethod
     def generate(cls) -> DataKey:
@@ -129,7 +139,9 @@ class DataKey:
 
     def mac(self, content: bytes) -> bytes:
         """HMAC-SHA256 of ``content`` under this key's MAC key: the dedup evidence."""
-        return hmac.new(self._mac_key, content, hashlib.sha256).digest()
+        mac_key = self._keys()[1]
+        assert isinstance(mac_key, bytes)  # Invariant: _keys puts the MAC key second.
+        return hmac.new(mac_key, content, hashlib.sha256).digest()
 
     def __repr__(self) -> str:
         return f"DataKey(key_id={self.key_id!r})"
