@@ -13,8 +13,8 @@ where each step runs.
   metadata or a full buffer, so there the submit runs on the engine's bounded submit pool
   (``engine.writes.Writes.submitter``, ``SUBMIT_THREADS`` = 32 threads), holding a thread for
   the send only, never for the acknowledgement. So does the first append of a conversation
-  whose data key this engine does not hold yet (creating it fsyncs the key store, or asks Kafka:
-  ``Writes.submit_may_block``), and a clear.
+  when the key store has no spare key left for it (it waits for a refill, which fsyncs the key
+  store or asks Kafka: ``Writes.submit_may_block``), and a clear.
 * the *wait* for the projector's decision holds no thread: it awaits ``Ticket.watch``, a future
   the projector resolves through ``call_soon_threadsafe`` after the step that decides the
   record is committed (or the log's error, at once, when the write fails). So 1,000 appends

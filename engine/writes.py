@@ -39,7 +39,7 @@ SUBMIT_THREADS = 32
 """At most this many threads run the submits of an event loop's writes (``engine.aio``) when the
 log's ``produce`` may block (Kafka): each for about one send; none waits for an acknowledgement
 or a decision. On FileLog the loop runs its submits itself, except a new conversation's first
-append (its key is created with an fsync) and a clear."""
+append when the key store has no spare key left (it waits for a refill's fsync) and a clear."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,7 +153,7 @@ class Writes:
         own = Own(event, event, batch, None)
         if self._keys is not None:
             try:
-                key = self._keys.create(c)  # the conversation's key: made (durably) by its first append
+                key = self._keys.create(c)  # the conversation's key: durable already (a spare, engine/keys/pool.py)
             except KeyErased:
                 return self._answer(batch, Decision(Outcome.REJECTED_CLOSED), None)  # cleared meanwhile
             own = Own(seal_event(event, key), event, batch, key)
@@ -181,7 +181,10 @@ class Writes:
 
     def submit_may_block(self, conversation_id: str) -> bool:
         """Whether a submit to ``conversation_id`` may block: the log's ``produce`` may (Kafka), or
-        its first append must create the conversation's key (an fsync, a Kafka round trip)."""
+        the key store has no spare key left to give a new conversation (it waits for a refill: an
+        fsync, a Kafka round trip). A spare taken by another thread between this answer and the
+        submit makes the submit wait for the refill on the loop (a few ms, rare: refills start
+        192 spares ahead)."""
         if self._log.produce_may_block:
             return True
         keys = self._keys
