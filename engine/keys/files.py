@@ -283,13 +283,8 @@ class FileKeyStore:
     def create(self, conversation_id: str) -> DataKey:
         with self._mutex:
             self._check()
-            if conversation_id in self._erased:
-                raise KeyErased(f"conversation {conversation_id!r} was erased: it never gets a key again",
-                                conversation_id=conversation_id)
-            keys = self._keys.get(conversation_id)
-            if keys:
-                return keys[0]  # a key of its own, made before spares (kept: its records need it)
-        return self._pool.take(conversation_id)
+            erased, own = conversation_id in self._erased, self._keys.get(conversation_id)
+        return self._pool.create(conversation_id, erased=erased, own=own)
 
     def get(self, conversation_id: str, key_id: str) -> DataKey:
         with self._mutex:

@@ -186,16 +186,11 @@ class KafkaKeyStore:
 
     def create(self, conversation_id: str) -> DataKey:
         with self._lock:
-            if conversation_id in self._markers:
-                raise KeyErased(f"conversation {conversation_id!r} was erased: it never gets a key again",
-                                conversation_id=conversation_id)
-            own = self._keys.get(conversation_id)
-            if own:
-                return own[0]  # a key of its own, made before spares (kept: its records need it)
+            erased, own = conversation_id in self._markers, self._keys.get(conversation_id)
         # From memory, no round trip: a destroy elsewhere not yet read here is harmless: content
         # sealed under the key lands after the clear, which closed the conversation, is refused as
         # closed on every instance, and the projector destroys its key (projections.admission).
-        return self._pool.take(conversation_id)
+        return self._pool.create(conversation_id, erased=erased, own=own)
 
     def get(self, conversation_id: str, key_id: str) -> DataKey:
         with self._lock:

@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from schemas.errors import StateUnavailable
+from schemas.errors import KeyErased, StateUnavailable
 from schemas.sealed import DataKey
 
 __all__ = ["BATCH", "LOW", "SparePool"]
@@ -119,6 +119,17 @@ class SparePool:
             if len(self._spares) < self._low:
                 self._need.notify()
             return key
+
+    def create(self, conversation_id: str, *, erased: bool, own: list[DataKey] | None) -> DataKey:
+        """Both stores' ``create`` rule, given what the store knows of the conversation (read
+        under its lock): ``KeyErased`` once erased; its own key (a key record under its id, what
+        releases before spares wrote: its records need it), else ``take``."""
+        if erased:
+            raise KeyErased(f"conversation {conversation_id!r} was erased: it never gets a key again",
+                            conversation_id=conversation_id)
+        if own:
+            return own[0]
+        return self.take(conversation_id)
 
     def unbind(self, conversation_id: str) -> DataKey | None:
         with self._cond:
