@@ -27,10 +27,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import kafka.errors as kerr
-from kafka.admin import ConfigResource, ConfigResourceType
 
 # The event topic's describe helpers: one home for describe-after-create.
-from engine.log.kafka_topic import describe, visible_after_creation
+from engine.log.kafka_topic import describe, topic_configs, visible_after_creation
 from schemas.errors import TopicRefused
 
 __all__ = ["DEFAULT_MAX_COMPACTION_LAG_MS", "check_keys_topic_configs", "ensure_keys_topic", "keys_topic_configs",
@@ -130,9 +129,7 @@ def ensure_keys_topic(admin: Any, *, topic: str, bootstrap: str, create: bool, r
                                f"{replication_factor}: {exc}") from exc
         found = visible_after_creation(admin, topic, timeout_ms)
     partitions, topic_id = found
-    result = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
-    entries = result.get("topic", {}).get(topic, {})
-    configs_now = {name: str(entry.get("value")) for name, entry in entries.items() if entry.get("value") is not None}
+    configs_now = topic_configs(admin, topic, timeout_ms)
     check_keys_topic_configs(topic, configs_now, max_compaction_lag_ms=max_compaction_lag_ms,
                              bootstrap=bootstrap, partitions=partitions)
     return topic_id

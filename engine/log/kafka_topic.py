@@ -36,6 +36,7 @@ __all__ = [
     "describe",
     "ensure_topic",
     "parse_bootstrap",
+    "topic_configs",
     "visible_after_creation",
 ]
 
@@ -195,6 +196,25 @@ def visible_after_creation(admin: Any, topic: str, timeout_ms: int) -> tuple[int
         pause = min(pause * 2, 1.0)
 
 
+def topic_configs(admin: Any, topic: str, timeout_ms: int) -> dict[str, str]:
+    """The topic's effective settings (``describe_configs``, every config with its default). A
+    broker always lists them all; an empty answer (met on a cluster while a node restarts, or
+    just after the topic was created) is no answer: asked again until the deadline, then
+    ``KafkaTimeoutError`` (the caller's ``LogUnavailable``), never read as "no settings"."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    pause = 0.05
+    while True:
+        result = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
+        entries = result.get("topic", {}).get(topic, {})
+        configs = {name: str(entry.get("value")) for name, entry in entries.items() if entry.get("value") is not None}
+        if configs:
+            return configs
+        if time.monotonic() >= deadline:
+            raise kerr.KafkaTimeoutError(f"no broker described the settings of topic {topic}")
+        time.sleep(pause)  # back-off between describe requests, bounded by the deadline
+        pause = min(pause * 2, 1.0)
+
+
 def ensure_topic(admin: Any, *, topic: str, bootstrap: str, partitions: int | None, create: bool,
                  replication_factor: int, max_record_bytes: int, timeout_ms: int) -> TopicInfo:
     """Find or create ``topic`` and check it (see the module docstring). kafka-python errors
@@ -230,10 +250,7 @@ def ensure_topic(admin: Any, *, topic: str, bootstrap: str, partitions: int | No
             f"histlog places each conversation by murmur2(conversation id) % partitions, so a "
             f"different count would move conversations and break their order. Open it with "
             f"partitions={actual}, or use a new topic (partitions cannot be changed in place).")
-    result = admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all")
-    entries = result.get("topic", {}).get(topic, {})
-    configs_now = {name: str(entry.get("value")) for name, entry in entries.items()
-                   if entry.get("value") is not None}
+    configs_now = topic_configs(admin, topic, timeout_ms)
     check_topic_configs(topic, configs_now, bootstrap)
     try:
         max_bytes = int(configs_now.get("max.message.bytes", max_record_bytes))
