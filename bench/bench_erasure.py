@@ -32,14 +32,14 @@ Cases (every one reports sealed/plain ratios per round, and their median, min an
   inside a running engine (wrapped where the write path and the projector call them, for that run
   only), where they run once per append between fsyncs and cost 2-5x their hot-loop time.
 
-Measured (this shared 2-core box, 6 runs of 3-5 rounds, 2026-12-01; ratios sealed/plain, medians):
-reused conversations 0.64-1.04 appends/s, mostly 0.73-0.90 (CPU per append x1.3-1.6, +50-155 µs, of
-which the in-situ pieces, seal 35-44 + open 22-25 + v3 encode and decode +25 + key lookups 6-7 µs,
-explain 60-70%); the engine benchmark's 10 turns per conversation 0.55-0.79; a new conversation per
-append 0.23-0.60: its key's ``create`` holds the key store's lock across its fsync, so creators
-queue one fsync at a time and the log's group commit falls from 6-18 appends per fsync to 1.0-1.2.
-Replay 0.78-0.96; clear p50 0.93-1.10 (its compaction dominates). The 15% goal is met by clear, by
-replay in half the runs, and by no append shape (reused conversations come closest).
+Measured (this 2-core box, 2026-12-02, one full run on a quiet machine; sealed/plain medians):
+reused conversations 0.89 / 0.86 / 0.77 at 1 / 16 / 64 writers; 10 turns per conversation
+0.91 / 0.77 / 0.71; a new conversation per append 0.99 / 0.68 / 0.64 (0.63 / 0.41 / 0.43 when
+each new conversation's key was created and fsynced on the write path; now it is a spare made
+durable ahead, ``engine/keys/pool.py``); replay 0.82; clear p50 1.12. CPU per sealed append is
++70-85 µs: seal_event costs 8 µs hot but ~50 µs in situ, the rest is the sealed codec and key
+lookups, all under the interpreter lock. Runs under load: reused 0.69-0.86, new 0.50-0.85 at
+16 writers. The 15% goal is met at one writer and by reused conversations at 16, not at 64.
 
 ``python -m bench.bench_erasure [--quick]`` prints a table (and a markdown one for the README) and
 writes ``bench/results/erasure.json``; ``histlog bench erasure`` runs it with the others. The goal
