@@ -1,4 +1,4 @@
-"""The one place that knows the RocksDB key and value layout of histlog's state (≈670 lines:
+"""The one place that knows the RocksDB key and value layout of histlog's state (≈700 lines:
 one home for every keyspace and row format, the navigation indexes included, is the point;
 splitting it would make two).
 

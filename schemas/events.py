@@ -1,4 +1,4 @@
-"""The log's event records and their codec: Avro single-object encoding (about 600 lines: the
+"""The log's event records and their codec: Avro single-object encoding (about 620 lines: the
 events, their plain and sealed forms and their codec are one wire format, kept in one module;
 the field rules live in ``schemas.event_rules``, the cipher in ``schemas.sealed``).
 

@@ -340,11 +340,9 @@ class FileKeyStore:
     # ------------------------------------------------------------------ reads
 
     def list_keys(self, conversation_id: str | None = None) -> list[tuple[str, str]]:
-        bindings = {key.key_id: c for c, key in self._pool.bindings().items()}
         with self._mutex:
-            own = [(c, k.key_id) for c, keys in self._keys.items() for k in keys]
-            spares = [(bindings.get(k, ""), k) for k in self._spares]
-        return sorted(p for p in own + spares if conversation_id is None or p[0] == conversation_id)
+            own, spares = {c: list(keys) for c, keys in self._keys.items()}, list(self._spares)
+        return self._pool.listing(own, spares, conversation_id)
 
     def known(self, conversation_id: str) -> bool:
         with self._mutex:

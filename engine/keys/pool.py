@@ -131,6 +131,15 @@ class SparePool:
             return own[0]
         return self.take(conversation_id)
 
+    def listing(self, own: dict[str, list[DataKey]], spares: list[str],
+                conversation_id: str | None) -> list[tuple[str, str]]:
+        """Both stores' ``list_keys``, given what the store holds (copied under its lock): its
+        conversations' own keys and its live spares' ids, each spare shown with the conversation
+        this process bound it to, or ``""``."""
+        bindings = {key.key_id: c for c, key in self.bindings().items()}
+        pairs = [(c, k.key_id) for c, keys in own.items() for k in keys] + [(bindings.get(k, ""), k) for k in spares]
+        return sorted(p for p in pairs if conversation_id is None or p[0] == conversation_id)
+
     def unbind(self, conversation_id: str) -> DataKey | None:
         with self._cond:
             return self._bound.pop(conversation_id, None)
