@@ -397,8 +397,9 @@ def _in_situ(root: Path, writers: int, total: int, rounds: int) -> dict[str, Any
             try:
                 return fn(*args, **kwargs)
             finally:
+                spent_ns = time.thread_time_ns() - started  # before the lock: its wait is not the piece's
                 with lock:
-                    acc[label] = acc.get(label, 0) + time.thread_time_ns() - started
+                    acc[label] = acc.get(label, 0) + spent_ns
         return timed
 
     targets: list[tuple[Any, str, str]] = [(importlib.import_module(m), name, f"{name}") for m, name in _PIECES]

@@ -52,6 +52,7 @@ from typing import Final
 from engine.keys.master import MasterKey
 from engine.keys.pool import SparePool
 from engine.keys.record import FRAME_HEADER, MAX_FRAME, KeyRecord, decode_record, encode_record, frame, unframe
+from schemas.entropy import random_bytes
 from schemas.errors import InvalidConfiguration, KeyErased, KeyStoreDamaged, StateUnavailable
 from schemas.sealed import KEY_ID_LENGTH, SECRET_BYTES, DataKey, key_id_problem
 
@@ -75,7 +76,7 @@ def spare_bucket(key_id: str) -> int:
 
 def _spares_for(b: int, n: int) -> list[DataKey]:
     """``n`` new keys whose ids start with bucket ``b``'s two hex digits (120 random bits left)."""
-    return [DataKey(f"{b:02x}" + os.urandom(KEY_ID_LENGTH // 2 - 1).hex(), os.urandom(SECRET_BYTES))
+    return [DataKey(f"{b:02x}" + random_bytes(KEY_ID_LENGTH // 2 - 1).hex(), random_bytes(SECRET_BYTES))
             for _ in range(n)]
 
 
@@ -269,7 +270,7 @@ class FileKeyStore:
 
     def _make_spares(self, n: int) -> list[DataKey]:
         """The pool's refill: ``n`` spares of one random bucket, appended and fsynced at once."""
-        b = os.urandom(1)[0]
+        b = random_bytes(1)[0]
         made = _spares_for(b, n)
         data = b"".join(frame(encode_record("", key, self._master)) for key in made)
         with self._bucket_locks[b]:

@@ -35,6 +35,7 @@ from typing import Final
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from schemas.entropy import random_bytes
 from schemas.errors import InvalidConfiguration, KeyStoreDamaged
 from schemas.sealed import NONCE_BYTES, SECRET_BYTES
 
@@ -69,7 +70,7 @@ class MasterKey:
         object.__setattr__(self, "_aead", AESGCM(self.secret))
 
     def wrap(self, secret: bytes, *, conversation_id: str, key_id: str) -> bytes:
-        nonce = os.urandom(NONCE_BYTES)
+        nonce = random_bytes(NONCE_BYTES)
         return nonce + self._aead.encrypt(nonce, secret, _ad(conversation_id, key_id))
 
     def unwrap(self, wrapped: bytes, *, conversation_id: str, key_id: str, where: str) -> bytes:
