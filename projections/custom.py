@@ -34,6 +34,9 @@ Promises (docs/design.md §5.4; the README's "Writing a custom projection"):
 * If ``apply`` raises, the projection stops (its writes for that step are dropped and its
   checkpoint stays before the event), the error is kept (``view`` and ``register`` report it),
   and the engine goes on: one buggy read model never blocks the history.
+* A ``clear`` forgets in a projection that does not see it (not registered, or stopped): its
+  rows and checkpoint in the conversation's partition are deleted with the clear, so registering
+  it again replays that partition from the log's start (``projections.erasure.forget_unseen``).
 """
 
 from __future__ import annotations

@@ -19,6 +19,13 @@ cleanup that makes ``clear`` forget.
   or the next open, runs it again (``pending``). A sealed record met after the clear
   (``KeyErased``) has its own key destroyed by admission: a key bound before the clear and used
   after it is in no ``K`` row the clear read.
+* ``forget_unseen``: a custom projection with state that does not see a clear (not registered
+  in this process, or stopped after an error) cannot be asked to delete its rows of the
+  conversation, and histlog cannot tell which of its rows those are. So, in the clear's own
+  WriteBatch, every such projection loses its rows and its checkpoint in the clear's partition:
+  registering it again replays that partition from the log's start, where the cleared
+  conversation's records are erased. A projection being caught up (``register``) is left alone:
+  its catch-up reaches the clear and delivers the ``ClearEvent``.
 
 Cost of a clear: one key destroy (a bucket rewrite and two fsyncs, or one Kafka round trip), one
 scan of its ``K`` rows, one memtable flush and a compaction of the files that overlap the
@@ -31,12 +38,12 @@ from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from projections import keys
-from projections.store import StateStore
+from projections.store import StateStore, Tx
 from schemas.errors import KeyStoreDamaged
 from schemas.events import BatchAppended, TurnReplaced, open_event
 from schemas.sealed import DataKey
 
-__all__ = ["DataKeys", "complete", "open_content", "pending"]
+__all__ = ["DataKeys", "complete", "forget_unseen", "open_content", "pending"]
 
 
 class DataKeys(Protocol):
@@ -90,3 +97,24 @@ def complete(store: StateStore, keys_: DataKeys | None, convs: Sequence[bytes],
         for k in used[conv]:
             tx.delete(keys.key_id_key(conv, k))
     tx.commit()
+
+
+def forget_unseen(store: StateStore, tx: Tx, partitions: Iterable[int],
+                  seen: Iterable[str]) -> list[tuple[bytes, bytes]]:
+    """Delete, in ``tx`` (the step that applied clears in ``partitions``), the rows and checkpoint
+    in those partitions of every custom projection that has state there but did not see the
+    step (not in ``seen``: admission's own checkpoint name, the live projections and those
+    being caught up); see the module docstring. Returns the key ranges deleted, for the
+    erasure's compaction."""
+    parts, skip = set(partitions), set(seen)
+    unseen = [keys.read_checkpoint_key(k) for k, _ in store.iterator().scan(keys.CHECKPOINT,
+                                                                             keys.prefix_end(keys.CHECKPOINT))]
+    ranges = []
+    for name, p in unseen:
+        if name in skip or p not in parts:
+            continue
+        lower, upper = keys.custom_partition_keyspace(name, p)
+        tx.delete_range(lower, upper)
+        tx.delete(keys.checkpoint_key(name, p))
+        ranges.append((lower, upper))
+    return ranges

@@ -25,6 +25,7 @@ re-positioned at its checkpoint, are skipped, never applied out of order.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import heapq
 import logging
@@ -125,6 +126,7 @@ class Projector(Ownership):
         self._known: Known = {}
         self._step_lock = threading.Lock()  # one step at a time; custom projections go live under it
         self._live: dict[str, Projection] = {}
+        self._registering: collections.Counter[str] = collections.Counter()  # names being caught up
         self.projection_errors: dict[str, BaseException] = {}
         self.failure: BaseException | None = None
         self.poll_error: BaseException | None = None
@@ -224,8 +226,10 @@ class Projector(Ownership):
                 tx.put(keys.checkpoint_key(CORE, p), keys.checkpoint_value(applied[p], stats[p]))
                 for name in live:
                     tx.put(keys.checkpoint_key(name, p), keys.checkpoint_value(applied[p]))
+        cleared = {position.partition for position, _, d in decided if d.outcome is Outcome.CLEARED}
+        unseen = erasure.forget_unseen(self.store, tx, cleared, {CORE, *live, *self._registering}) if cleared else []
         tx.commit()
-        decided = self._erase(decided, live)
+        decided = self._erase(decided, live, unseen)
         for name in set(self._live) - set(live):  # failed in this step
             del self._live[name]
         with self._cond:
@@ -240,16 +244,18 @@ class Projector(Ownership):
             self._cond.notify_all()
         self.deliveries.publish(decided, events)
 
-    def _erase(self, decided: list[tuple[LogPosition, bytes, Decision]],
-               live: Mapping[str, Projection]) -> list[tuple[LogPosition, bytes, Decision]]:
+    def _erase(self, decided: list[tuple[LogPosition, bytes, Decision]], live: Mapping[str, Projection],
+               unseen: Sequence[tuple[bytes, bytes]]) -> list[tuple[LogPosition, bytes, Decision]]:
         """Complete the erasure of the conversations this step cleared, before their writers
-        hear of it (``clear`` returns once its conversation is forgotten). A failure leaves them
-        closed and pending: their decisions say why, and the next ``clear`` or open retries."""
+        hear of it (``clear`` returns once its conversation is forgotten); ``unseen``: the rows
+        of projections that did not see the step, deleted by it (``erasure.forget_unseen``). A
+        failure leaves them closed and pending: their decisions say why, and the next ``clear``
+        or open retries."""
         cleared = [(i, read_record_conv(key)) for i, (_, key, d) in enumerate(decided) if d.outcome is Outcome.CLEARED]
         if not cleared:
             return decided
         parts = {position.partition for position, _, d in decided if d.outcome is Outcome.CLEARED}
-        extra = [keys.custom_partition_keyspace(name, p) for name in live for p in parts]
+        extra = [*(keys.custom_partition_keyspace(name, p) for name in live for p in parts), *unseen]
         try:
             erasure.complete(self.store, self.keys, [conv for _, conv in cleared], extra)
         except Exception as e:
@@ -270,10 +276,8 @@ class Projector(Ownership):
         with self._step_lock:
             waiting = erasure.pending(self.store) if convs is None else [
                 c for c in convs if self.store.get(keys.erasing_key(c)) is not None]
-            if waiting:  # every custom projection with state, live or not (none is at open)
-                names = {keys.read_checkpoint_key(k)[0] for k, _ in self.store.iterator().scan(
-                    keys.CHECKPOINT, keys.prefix_end(keys.CHECKPOINT))} - {CORE}
-                erasure.complete(self.store, self.keys, waiting, [keys.custom_keyspace(name) for name in names])
+            if waiting:  # every custom projection's rows, with a checkpoint or not (forget_unseen deletes both)
+                erasure.complete(self.store, self.keys, waiting, [(keys.CUSTOM, keys.prefix_end(keys.CUSTOM))])
 
     def _feed(self, live: dict[str, Projection], step_txs: dict[tuple[str, int], ProjectionTx], tx: Tx,
               event: ProjectedEvent) -> None:
@@ -307,14 +311,19 @@ class Projector(Ownership):
                 if self._live[name] is projection:
                     return
                 raise DuplicateProjection(f"a projection named {name!r} is already registered; choose another name")
-        self.projection_errors.pop(name, None)
-        scratch_dir = Path(tempfile.mkdtemp(prefix=scratch_prefix(self.store.path), dir=self.store.path.parent))
-        scratch = StateStore(scratch_dir)
+            self._registering[name] += 1  # a clear meanwhile leaves its rows: the catch-up delivers the ClearEvent
         try:
-            cleared = self._catch_up(projection, name, scratch, read, progress)
+            self.projection_errors.pop(name, None)
+            scratch_dir = Path(tempfile.mkdtemp(prefix=scratch_prefix(self.store.path), dir=self.store.path.parent))
+            scratch = StateStore(scratch_dir)
+            try:
+                cleared = self._catch_up(projection, name, scratch, read, progress)
+            finally:
+                scratch.close()
+                StateStore.destroy(scratch_dir)
         finally:
-            scratch.close()
-            StateStore.destroy(scratch_dir)
+            with self._step_lock:
+                self._registering -= collections.Counter([name])
         if cleared:  # what it deleted of cleared conversations leaves the files too (erasure)
             self.store.compact([keys.custom_keyspace(name)])
 
