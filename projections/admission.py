@@ -166,7 +166,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
             assert not isinstance(event, ConversationCleared)  # Invariant: only batches and replacements open.
             conv = event.conversation_id.encode("utf-8")
             if key == record_key_bytes(conv, event.append_id.encode("utf-8")):
-                _note_key(tx, conv, opened)
+                _note_key(tx, conv, opened, conversation_row(tx, event.conversation_id))
         return _corrupt(e.reason or str(e))
     except KeyErased:
         # Its conversation was cleared (every key of it is destroyed only after the clear is in the
@@ -185,9 +185,9 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     conv = conversation_id.encode("utf-8")
     if key != record_key_bytes(conv, append_id):
         return _corrupt("record key does not match the event")
-    if opened:  # whatever is decided below: accepted, a duplicate or any refusal
-        _note_key(tx, conv, opened)
     row = conversation_row(tx, conversation_id)
+    if opened:  # whatever is decided below: accepted, a duplicate or any refusal
+        _note_key(tx, conv, opened, row)
 
     if isinstance(event, ConversationCleared):
         if row is not None and row.closed:
@@ -219,6 +219,8 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     else:
         first_seq, first_ord, turns = full.append(tx, conv, row, batch, created_ms)
     row.last_append = batch.append_id
+    if opened:
+        row.last_key = opened  # its K row was just noted
     tx.put(keys.conv_key(conv), row.encode())
     tx.put(keys.receipt_key(conv, append_id), keys.ReceiptRow.pack(event.digest, position.partition, position.offset,
                                                                    first_seq, len(batch), first_ord))
@@ -235,13 +237,15 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
                                 first_seq, positions)
 
 
-def _note_key(tx: Tx, conv: bytes, key_id: str) -> None:
-    """Record (a ``K`` row, once) that a record of ``conv`` was sealed under ``key_id``: what its
-    ``clear`` destroys. The caller checked the record's key matches its event (a record keyed
-    otherwise is poison, maybe in another partition than its conversation, and no writer's)."""
-    row_key = keys.key_id_key(conv, key_id)
-    if tx.get(row_key) is None:  # a point read that sees this step's pending writes
-        tx.put(row_key, b"")
+def _note_key(tx: Tx, conv: bytes, key_id: str, row: keys.ConversationRow | None) -> None:
+    """Record (a ``K`` row) that a record of ``conv`` was sealed under ``key_id``: what its
+    ``clear`` destroys. Nothing to write when it is the key of the conversation's last accepted
+    record (``row.last_key``: its K row exists); else the row is written without reading it
+    first (writing an existing empty row again changes nothing). The caller checked the record's
+    key matches its event (a record keyed otherwise is poison, maybe in another partition than
+    its conversation, and no writer's)."""
+    if row is None or row.last_key != key_id:
+        tx.put(keys.key_id_key(conv, key_id), b"")
 
 
 def _same_key(keys_: DataKeys | None, event: BatchAppended | TurnReplaced, key: DataKey | None) -> bool:

@@ -154,14 +154,16 @@ __all__ = [
     "turn_value",
 ]
 
-EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8"})
+EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8", b"9"})
 """The layouts whose ``core`` checkpoint rows begin with the next offset to apply (a u64): their
 checkpoints are evidence of acknowledged records (``engine/state.py``) even when the layout is
 older than ``STATE_FORMAT`` and is about to be rebuilt. Add each new layout that keeps that."""
 
-STATE_FORMAT = b"8"
+STATE_FORMAT = b"9"
 """Version of this layout and of the admission rules that filled it (``m format``); a state of another
-version is rebuilt. 8: the ``K`` rows (the data keys each conversation's records were sealed
+version is rebuilt. 9: ``ConversationRow.last_key``, the key id of the conversation's last
+accepted sealed record, whose ``K`` row exists (admission notes the next record under that key
+without reading its ``K`` row). 8: the ``K`` rows (the data keys each conversation's records were sealed
 under), so a rebuilt state lists the same keys as the live one. 7: a user message flagged internal
 feedback opens no turn (turn positions change), ``created_at`` never decreases within a
 conversation, and the ``W``, ``X`` and ``O`` indexes of history navigation. 6: one ``A`` row per
@@ -473,7 +475,7 @@ IDENTITY_KEY = meta_key("identity")
 """Holds the identity (JSON) of the log the state was built from."""
 
 
-_CONV = struct.Struct(">BQQQQQQ")
+_CONV = struct.Struct(">BQQQQQQB")
 
 
 @dataclass(slots=True)
@@ -496,15 +498,22 @@ class ConversationRow:
     content_bytes: int = 0
     last_append: str = ""
     last_ms: int = 0
+    last_key: str = ""
+    """The key id of the last accepted sealed record ("" none since the row was made): its ``K``
+    row exists (written in the same step), so admission writes none for the next record sealed
+    under it. Reset with the row at a clear; dropped with it with the partition."""
 
     def encode(self) -> bytes:
-        return _CONV.pack(1 if self.closed else 0, self.next_seq, self.turn, self.turns,
-                          self.messages, self.content_bytes, self.last_ms) + self.last_append.encode("utf-8")
+        key = self.last_key.encode("ascii")
+        return _CONV.pack(1 if self.closed else 0, self.next_seq, self.turn, self.turns, self.messages,
+                          self.content_bytes, self.last_ms, len(key)) + key + self.last_append.encode("utf-8")
 
     @classmethod
     def decode(cls, b: bytes) -> ConversationRow:
-        closed, next_seq, turn, turns, messages, content, last_ms = _CONV.unpack_from(b)
-        return cls(bool(closed), next_seq, turn, turns, messages, content, b[_CONV.size:].decode("utf-8"), last_ms)
+        closed, next_seq, turn, turns, messages, content, last_ms, key_length = _CONV.unpack_from(b)
+        key_end = _CONV.size + key_length
+        return cls(bool(closed), next_seq, turn, turns, messages, content, b[key_end:].decode("utf-8"), last_ms,
+                   b[_CONV.size:key_end].decode("ascii"))
 
 
 _RECEIPT = struct.Struct(">IQQIQ")

@@ -164,6 +164,25 @@ class DataKey:
         """A new random key with a new random key id."""
         return cls(random_bytes(KEY_ID_LENGTH // 2).hex(), random_bytes(SECRET_BYTES))
 
+    @classmethod
+    def generate_many(cls, n: int, prefix: str = "") -> list[DataKey]:
+        """``n`` new random keys whose ids start with ``prefix`` (lowercase hex digits, an even
+        count, at most 8): one draw from the OS for all of them, and no validation of what is
+        valid by construction (1.5 us a key instead of 4.5: a key store's refill makes 256)."""
+        if len(prefix) % 2 or len(prefix) > 8 or key_id_problem(prefix.ljust(KEY_ID_LENGTH, "0")):
+            raise ValueError(f"a key id prefix is at most 8 lowercase hex digits, an even count, not {prefix!r}")
+        width = KEY_ID_LENGTH // 2 - len(prefix) // 2
+        step = width + SECRET_BYTES
+        raw = random_bytes(n * step)
+        made = []
+        for at in range(0, n * step, step):
+            key = object.__new__(cls)
+            object.__setattr__(key, "key_id", prefix + raw[at:at + width].hex())
+            object.__setattr__(key, "secret", raw[at + width:at + step])
+            object.__setattr__(key, "_derived", [])
+            made.append(key)
+        return made
+
     def mac(self, content: bytes) -> bytes:
         """HMAC-SHA256 of ``content`` under this key's MAC key: the dedup evidence."""
         keys = self._keys()

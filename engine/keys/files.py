@@ -54,7 +54,7 @@ from engine.keys.pool import SparePool
 from engine.keys.record import FRAME_HEADER, MAX_FRAME, KeyRecord, decode_record, encode_record, frame, unframe
 from schemas.entropy import random_bytes
 from schemas.errors import InvalidConfiguration, KeyErased, KeyStoreDamaged, StateUnavailable
-from schemas.sealed import KEY_ID_LENGTH, SECRET_BYTES, DataKey, key_id_problem
+from schemas.sealed import DataKey, key_id_problem
 
 __all__ = ["BUCKETS", "FileKeyStore", "Rotation", "bucket_of", "read_frames", "rotate_master_key", "spare_bucket"]
 
@@ -76,8 +76,7 @@ def spare_bucket(key_id: str) -> int:
 
 def _spares_for(b: int, n: int) -> list[DataKey]:
     """``n`` new keys whose ids start with bucket ``b``'s two hex digits (120 random bits left)."""
-    return [DataKey(f"{b:02x}" + random_bytes(KEY_ID_LENGTH // 2 - 1).hex(), random_bytes(SECRET_BYTES))
-            for _ in range(n)]
+    return DataKey.generate_many(n, f"{b:02x}")
 
 
 def _lock(path: Path) -> int:

@@ -172,7 +172,7 @@ class KafkaKeyStore:
 
     def _make_spares(self, n: int) -> list[DataKey]:
         """The pool's refill: ``n`` spare records sent at once, returned once all are acknowledged."""
-        made = [DataKey.generate() for _ in range(n)]
+        made = DataKey.generate_many(n)
 
         def send() -> list[Any]:
             return [self._producer.send(self._topic, key=record_key("", key.key_id),

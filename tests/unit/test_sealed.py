@@ -150,3 +150,17 @@ def test_mac_and_associated_data_are_the_documented_constructions(secret: bytes,
     for record in (SEALED_BATCH, SEALED_REPLACED):
         assert associated_data(record, c, a, key.key_id) == (
             b"histlog sealed v1" + field(record) + field(c) + field(a) + field(key.key_id))
+
+
+def test_generate_many_makes_valid_distinct_keys_under_a_prefix() -> None:
+    made = DataKey.generate_many(300, "a7")
+    assert len({k.key_id for k in made}) == len({k.secret for k in made}) == 300
+    for key in made:
+        assert key.key_id.startswith("a7") and not key_id_problem(key.key_id) and len(key.secret) == 32
+        assert key == DataKey(key.key_id, key.secret)  # what validation would have built
+        assert open_sealed(key, seal(key, CONTENT, conversation_id="c", append_id="a"),
+                           conversation_id="c", append_id="a") == CONTENT
+    assert all(not key_id_problem(k.key_id) for k in DataKey.generate_many(3))
+    for bad in ("a", "A7", "zz", "0123456789"):
+        with pytest.raises(ValueError):
+            DataKey.generate_many(1, bad)

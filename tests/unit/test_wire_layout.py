@@ -49,7 +49,7 @@ def test_one_partition_takes_everything() -> None:
 def test_every_key_keeps_its_bytes() -> None:
     c = b"conv"
     ord8 = (3).to_bytes(8, "big")
-    assert keys.STATE_FORMAT == b"8"
+    assert keys.STATE_FORMAT == b"9"
     assert keys.conv_key(c) == b"Cconv"
     assert keys.read_conv_key(b"Cconv") == c
     assert keys.receipt_key(c, b"a/1") == b"Rconv\x1fa/1"
@@ -92,6 +92,11 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.external_text("tg\x01/1") == b'"tg\\u0001/1"'  # control characters escaped: 1F ends it
     assert keys.external_key(c, b'"x"', 3) == b'Xconv\x1f"x"\x1f' + ord8
     assert keys.open_key(c) == b"Oconv" and keys.read_open_key(b"Oconv") == c
+    row = keys.ConversationRow(False, 5, 2, 2, 4, 99, "a-2", 1234, kid)
+    assert row.encode() == (b"\x00" + b"".join(n.to_bytes(8, "big") for n in (5, 2, 2, 4, 99, 1234)) + b"\x20"
+                            + kid.encode() + b"a-2")
+    assert keys.ConversationRow.decode(row.encode()) == row
+    assert keys.ConversationRow.decode(keys.ConversationRow(closed=True).encode()) == keys.ConversationRow(closed=True)
 
 
 def test_ranges_keep_their_bounds() -> None:
