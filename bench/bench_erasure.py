@@ -32,14 +32,17 @@ Cases (every one reports sealed/plain ratios per round, and their median, min an
   inside a running engine (wrapped where the write path and the projector call them, for that run
   only), where they run once per append between fsyncs and cost 2-5x their hot-loop time.
 
-Measured (this 2-core box, 2026-12-02, one full run on a quiet machine; sealed/plain medians):
-reused conversations 0.89 / 0.86 / 0.77 at 1 / 16 / 64 writers; 10 turns per conversation
-0.91 / 0.77 / 0.71; a new conversation per append 0.99 / 0.68 / 0.64 (0.63 / 0.41 / 0.43 when
-each new conversation's key was created and fsynced on the write path; now it is a spare made
-durable ahead, ``engine/keys/pool.py``); replay 0.82; clear p50 1.12. CPU per sealed append is
-+70-85 µs: seal_event costs 8 µs hot but ~50 µs in situ, the rest is the sealed codec and key
-lookups, all under the interpreter lock. Runs under load: reused 0.69-0.86, new 0.50-0.85 at
-16 writers. The 15% goal is met at one writer and by reused conversations at 16, not at 64.
+Measured (this 2-core box, 2026-12-02, the last of three full runs; sealed/plain medians, the
+day's range in parentheses): reused conversations 0.95 / 0.81 / 0.93 at 1 / 16 / 64 writers
+(0.89-0.95 / 0.79-0.86 / 0.62-0.93); 10 turns per conversation 0.85 / 0.83 / 0.77; a new
+conversation per append 0.82 / 0.69 / 0.66 (0.63 / 0.41 / 0.43 when each new conversation's key
+was created and fsynced on the write path; now it is a spare made durable ahead,
+``engine/keys/pool.py``); replay 0.83; clear p50 1.18. CPU per sealed append is +25-155 µs at
+16-64 writers: seal_event costs 7-8 µs hot but ~28 µs in situ (it was ~50 before randomness was
+drawn in blocks and the HMAC made from precomputed states), the rest is the sealed codec and key
+lookups, all under the interpreter lock. With a new conversation per append at 64 writers the
+log's group commit mostly falls to 2-7 appends per fsync (plain: 25), cause not found. The 15%
+goal is met at one writer and at 64 writers with reused conversations in some runs only.
 
 ``python -m bench.bench_erasure [--quick]`` prints a table (and a markdown one for the README) and
 writes ``bench/results/erasure.json``; ``histlog bench erasure`` runs it with the others. The goal
