@@ -166,7 +166,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
             assert not isinstance(event, ConversationCleared)  # Invariant: only batches and replacements open.
             conv = event.conversation_id.encode("utf-8")
             if key == record_key_bytes(conv, event.append_id.encode("utf-8")):
-                _note_key(tx, conv, opened, conversation_row(tx, event.conversation_id))
+                _note_key(tx, conv, opened, None)  # rare: written without reading the row
         return _corrupt(e.reason or str(e))
     except KeyErased:
         # Its conversation was cleared (every key of it is destroyed only after the clear is in the

@@ -162,7 +162,7 @@ class DataKey:
     @classmethod
     def generate(cls) -> DataKey:
         """A new random key with a new random key id."""
-        return cls(random_bytes(KEY_ID_LENGTH // 2).hex(), random_bytes(SECRET_BYTES))
+        return cls.generate_many(1)[0]
 
     @classmethod
     def generate_many(cls, n: int, prefix: str = "") -> list[DataKey]:

@@ -74,11 +74,6 @@ def spare_bucket(key_id: str) -> int:
     return int(key_id[:2], 16)
 
 
-def _spares_for(b: int, n: int) -> list[DataKey]:
-    """``n`` new keys whose ids start with bucket ``b``'s two hex digits (120 random bits left)."""
-    return DataKey.generate_many(n, f"{b:02x}")
-
-
 def _lock(path: Path) -> int:
     """Create ``path`` if needed and take its ``LOCK`` (an exclusive ``flock``): the open fd."""
     try:
@@ -270,7 +265,7 @@ class FileKeyStore:
     def _make_spares(self, n: int) -> list[DataKey]:
         """The pool's refill: ``n`` spares of one random bucket, appended and fsynced at once."""
         b = random_bytes(1)[0]
-        made = _spares_for(b, n)
+        made = DataKey.generate_many(n, f"{b:02x}")  # ids start with the bucket's two hex digits
         data = b"".join(frame(encode_record("", key, self._master)) for key in made)
         with self._bucket_locks[b]:
             with self._mutex:
