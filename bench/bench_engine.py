@@ -6,11 +6,12 @@ JSON line. Cases:
 
 * **appends/s** with fsync ``always`` at 1, 16 and 64 concurrent writer threads, 2-message
   batches, through ``HistoryEngine.append`` (validate, encode, group-committed log append,
-  wait for the projector's decision) vs raw ``FileLog.append`` of pre-encoded events (the
-  events are encoded before the clock starts: the raw rate is the log's own) at the same
-  concurrency, and vs the ``eventsourcing`` library on SQLite doing the equivalent work (load
-  the conversation aggregate, dedup by append id, record the event, save). Each of the three
-  also reports its **cost per append**: the process's CPU µs (every thread: writers, group
+  wait for the projector's decision), and through ``AsyncHistoryEngine.append`` from as many
+  coroutines on one event loop (the service's path, where no writer thread waits), vs raw
+  ``FileLog.append`` of pre-encoded events (the events are encoded before the clock starts:
+  the raw rate is the log's own) at the same concurrency, and vs the ``eventsourcing`` library
+  on SQLite doing the equivalent work (load the conversation aggregate, dedup by append id,
+  record the event, save). Each of the four also reports its **cost per append**: the process's CPU µs (every thread: writers, group
   commit, projector) and context switches (voluntary + involuntary, ``getrusage``) over the
   same window, ``bench.common.run_measured``. On 2 shared cores the rate moves with the
   neighbours' load; the cost per append moves much less, and it is what a thread hand-off or
@@ -32,8 +33,18 @@ from pathlib import Path
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
-from bench.common import Run, batch, conversation, event_bytes, latency, progress_printer, run_measured
+from bench.common import (
+    Run,
+    batch,
+    conversation,
+    event_bytes,
+    latency,
+    progress_printer,
+    run_measured,
+    run_measured_async,
+)
 from engine import HistoryEngine
+from engine.aio import AsyncHistoryEngine
 from engine.log.base import record_key
 from engine.log.file import FileLog
 from schemas.events import decode_event
@@ -103,6 +114,12 @@ def _appends(root: Path, writers: int, total: int) -> dict[str, Any]:
     batches = [[batch(conversation(t, i), f"a-{t}-{i}") for i in range(per_thread)] for t in range(writers)]
     with HistoryEngine.open(eng_dir) as engine:
         eng = run_measured(writers, per_thread, lambda t, i: engine.append(batches[t][i]))
+    # The asyncio face (what ``histlog serve`` runs): as many coroutines on one loop, the same
+    # batches again on a fresh engine. No writer thread waits: a group's decisions reach the
+    # loop in one hand-off (engine/aio.py).
+    with HistoryEngine.open(root / f"aio-{writers}") as engine:
+        aengine = AsyncHistoryEngine(engine)
+        aio = run_measured_async(writers, per_thread, lambda t, i: aengine.append(batches[t][i]))
     raw = FileLog(root / f"raw-{writers}", 1)
     records = [[(record_key(b.conversation_id, b.append_id), event_bytes(b))
                 for b in (batch(conversation(t, i), f"a-{t}-{i}") for i in range(per_thread))]
@@ -115,11 +132,13 @@ def _appends(root: Path, writers: int, total: int) -> dict[str, Any]:
     raw.close()
     (root / f"es-{writers}").mkdir()
     es = _eventsourcing_run(root / f"es-{writers}", writers, max(per_thread // 2, 1))
-    return {"writers": writers, "engine_per_s": round(eng.per_s), "raw_filelog_per_s": round(raw_run.per_s),
-            "vs_raw": round(eng.per_s / raw_run.per_s, 3),
+    return {"writers": writers, "engine_per_s": round(eng.per_s), "async_per_s": round(aio.per_s),
+            "raw_filelog_per_s": round(raw_run.per_s),
+            "vs_raw": round(eng.per_s / raw_run.per_s, 3), "async_vs_raw": round(aio.per_s / raw_run.per_s, 3),
             "eventsourcing_sqlite_per_s": round(es.per_s) if es else None,
             "vs_eventsourcing": round(eng.per_s / es.per_s, 1) if es else None,
-            **eng.shape("engine"), **raw_run.shape("raw"), **(es.shape("eventsourcing") if es else {})}
+            **eng.shape("engine"), **aio.shape("async"), **raw_run.shape("raw"),
+            **(es.shape("eventsourcing") if es else {})}
 
 
 def _replay(root: Path, batches: int, progress: bool) -> dict[str, Any]:
@@ -180,17 +199,20 @@ def run(quick: bool = False, progress: bool = True) -> dict[str, Any]:
 
 
 def report(result: dict[str, Any]) -> str:
-    lines = ["durable appends/s (fsync=always, 2-message batches; raw FileLog = pre-encoded records)",
-             f"  {'writers':>7} {'engine':>9} {'raw FileLog':>12} {'ratio':>6} {'eventsourcing':>14} {'ratio':>6}",
+    lines = ["durable appends/s (fsync=always, 2-message batches; raw FileLog = pre-encoded records;",
+             "  engine: writer threads; asyncio: as many coroutines on one loop, AsyncHistoryEngine)",
+             f"  {'writers':>7} {'engine':>9} {'ratio':>6} {'asyncio':>9} {'ratio':>6} {'raw FileLog':>12} "
+             f"{'eventsourcing':>14} {'ratio':>6}",
              "  cost per append: CPU µs / context switches (whole process)",
-             f"  {'writers':>7} {'engine':>14} {'raw FileLog':>14} {'eventsourcing':>16}"]
-    rates, costs = lines[:2], lines[2:]
+             f"  {'writers':>7} {'engine':>14} {'asyncio':>14} {'raw FileLog':>14} {'eventsourcing':>16}"]
+    rates, costs = lines[:3], lines[3:]
     for a in result["appends"]:
-        rates.append(f"  {a['writers']:>7} {a['engine_per_s']:>9} {a['raw_filelog_per_s']:>12} {a['vs_raw']:>6} "
+        rates.append(f"  {a['writers']:>7} {a['engine_per_s']:>9} {a['vs_raw']:>6} {a['async_per_s']:>9} "
+                     f"{a['async_vs_raw']:>6} {a['raw_filelog_per_s']:>12} "
                      f"{a['eventsourcing_sqlite_per_s'] or '-':>14} {a['vs_eventsourcing'] or '-':>6}")
         es = f"{a['eventsourcing_cpu_us']} / {a['eventsourcing_ctx']}" if "eventsourcing_cpu_us" in a else "-"
         costs.append(f"  {a['writers']:>7} {a['engine_cpu_us']:>7} / {a['engine_ctx']:<5} "
-                     f"{a['raw_cpu_us']:>7} / {a['raw_ctx']:<5} {es:>16}")
+                     f"{a['async_cpu_us']:>7} / {a['async_ctx']:<5} {a['raw_cpu_us']:>7} / {a['raw_ctx']:<5} {es:>16}")
     lines = rates + costs
     r = result["replay"]
     lines.append(f"replay: {r['batches']} batches at {r['replay_batches_per_s']}/s "

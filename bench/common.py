@@ -1,7 +1,8 @@
-"""Helpers shared by the benchmarks: the workload and a threaded driver."""
+"""Helpers shared by the benchmarks: the workload, a threaded driver and an asyncio one."""
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import os
 import resource
@@ -9,7 +10,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from schemas import Batch, Message
 from schemas.events import BatchAppended, encode_event
 
 __all__ = ["Cost", "Run", "batch", "conversation", "cost_now", "event_bytes", "percentiles", "progress_printer",
-           "run_measured", "run_threads"]
+           "run_measured", "run_measured_async", "run_threads"]
 
 TURNS_PER_CONVERSATION = 10
 
@@ -112,6 +113,30 @@ def run_measured(n: int, per_thread: int, fn: Callable[[int, int], object]) -> R
     if errors:
         raise errors[0]
     calls = n * per_thread
+    return Run(calls / elapsed, [x for lst in latencies for x in lst], spent.cpu_s * 1e6 / calls,
+               spent.switches / calls)
+
+
+def run_measured_async(n: int, per_task: int, fn: Callable[[int, int], Awaitable[object]]) -> Run:
+    """``run_measured`` for coroutines: ``await fn(task, i)`` ``per_task`` times from each of ``n``
+    tasks on one new event loop, started together; the same rate, latencies and process costs."""
+    latencies: list[list[float]] = [[] for _ in range(n)]
+
+    async def work(t: int) -> None:
+        mine = latencies[t]
+        for i in range(per_task):
+            started = time.perf_counter_ns()
+            await fn(t, i)
+            mine.append((time.perf_counter_ns() - started) / 1000)
+
+    async def main() -> tuple[float, Cost]:
+        before = cost_now()
+        start = time.perf_counter()
+        await asyncio.gather(*(work(t) for t in range(n)))
+        return time.perf_counter() - start, cost_now() - before
+
+    elapsed, spent = asyncio.run(main())
+    calls = n * per_task
     return Run(calls / elapsed, [x for lst in latencies for x in lst], spent.cpu_s * 1e6 / calls,
                spent.switches / calls)
 

@@ -43,6 +43,8 @@ from typing import ParamSpec, TypeVar
 from engine.arguments import Empty
 from engine.facade import EngineStats, HistoryEngine
 from engine.writes import Submitted, Written, receipt_of
+from projections.admission import Decision
+from projections.delivery import Ticket
 from projections.navigation import Order
 from projections.reads import Unit
 from schemas.batch import (
@@ -82,6 +84,27 @@ def _release_abandoned(job: asyncio.Future[Submitted]) -> None:
             written.ticket.release()
 
 
+def _expire(future: asyncio.Future[Decision | None]) -> None:
+    """The write's timeout passed undecided: its wait ends with None (``CommitUnconfirmed``)."""
+    if not future.done():
+        future.set_result(None)
+
+
+async def _decided(ticket: Ticket, timeout: float) -> Decision | None:
+    """The ticket's decision, or None once ``timeout`` passed: ``asyncio.wait_for`` without its
+    second future and task wrapper (one timer on the loop, cancelled on the answer). A
+    cancellation of the caller cancels the watched future, as ``wait_for`` does; the projector
+    skips a future that is done."""
+    future = ticket.watch()
+    if future.done():
+        return future.result()
+    timer = asyncio.get_running_loop().call_later(timeout, _expire, future)
+    try:
+        return await future
+    finally:
+        timer.cancel()
+
+
 def _conversation_of(batch: object) -> str:
     """The batch's conversation id ("" for what is no batch: its submit refuses it)."""
     return str(batch.conversation_id) if isinstance(batch, Batch) else ""
@@ -113,9 +136,7 @@ class AsyncHistoryEngine:
             return submitted
         try:
             try:
-                decision = await asyncio.wait_for(submitted.ticket.watch(), submitted.remaining())
-            except TimeoutError:
-                decision = None
+                decision = await _decided(submitted.ticket, submitted.remaining())
             except StateUnavailable as e:
                 return writes.conclude(submitted, None, e)
             return writes.conclude(submitted, decision)

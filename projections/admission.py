@@ -84,7 +84,9 @@ class Decision:
     def receipt(self, conversation_id: ConversationID, append_id: AppendID) -> Receipt:
         """The receipt this decision proves (accepted or duplicate decisions only)."""
         assert self.receipt_position is not None  # Invariant: only accepted/duplicate carry one.
-        return Receipt(conversation_id, append_id, self.digest, self.receipt_position)
+        # Invariant: the ids are the batch's (typed), the digest one admission checked, computed or stored.
+        assert type(conversation_id) is ConversationID and type(append_id) is AppendID, (conversation_id, append_id)
+        return Receipt.of_valid(conversation_id, append_id, self.digest, self.receipt_position)
 
 
 def _corrupt(reason: str) -> tuple[Decision, None]:

@@ -157,8 +157,8 @@ class Ticket:
     def watch(self, position: LogPosition | None = None) -> asyncio.Future[Decision | None]:
         """``wait`` without a thread: a future of the running loop (call it from the loop) that
         gets the decision, None once the projector stopped undecided, or the failure as its
-        exception. No timeout here: the caller bounds its ``await`` (``asyncio.wait_for``) and
-        then releases the ticket; a future cancelled meanwhile is left alone."""
+        exception. No timeout here: the caller bounds its ``await`` (``engine.aio``: a timer that
+        sets None) and then releases the ticket; a future done meanwhile is left alone."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Decision | None] = loop.create_future()
         if position is not None and self._position is None:

@@ -293,6 +293,19 @@ class Receipt:
                 f"invalid receipt: position must be a LogPosition, got {type(self.position).__name__}"
             )
 
+    @classmethod
+    def of_valid(cls, conversation_id: ConversationID, append_id: AppendID, digest: str,
+                 position: LogPosition) -> Receipt:
+        """The receipt of parts that are valid already (admission's: typed ids, a digest it
+        checked or computed, a ``LogPosition``), without checking them again: 1 us instead of 3,
+        once per write."""
+        receipt = object.__new__(cls)
+        object.__setattr__(receipt, "conversation_id", conversation_id)
+        object.__setattr__(receipt, "append_id", append_id)
+        object.__setattr__(receipt, "digest", digest)
+        object.__setattr__(receipt, "position", position)
+        return receipt
+
     def validate_for(self, batch: Batch) -> None:
         """Raise ``InvalidReceipt`` unless this receipt names ``batch`` (ids and digest)."""
         if self.conversation_id != batch.conversation_id:

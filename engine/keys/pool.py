@@ -162,6 +162,8 @@ class SparePool:
                 self._wanted = False
             try:
                 made = self._make(self._batch)
+                for key in made:
+                    key.prepare()  # derived here, in one run: not by the first write under each key
             except BaseException as exc:  # raised to the takers waiting; never kills the thread
                 with self._cond:
                     self._error = exc

@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from engine import HistoryEngine
+from engine import HistoryEngine, aio
 from engine.aio import AsyncHistoryEngine
 from engine.log.base import Produced, record_key
 from projections.custom import Projection, ProjectionTx
@@ -191,6 +191,21 @@ def test_every_outcome_is_the_thread_faces(tmp_path: Path) -> None:
     assert got == expected
     assert any("PreconditionFailed" in o for o in got) and any("TurnNotReplaceable" in o for o in got)
     assert any("AppendConflict" in o for o in got) and any("ConversationClosed" in o for o in got)
+
+
+def test_a_decided_write_leaves_no_live_timer_on_the_loop(engine: HistoryEngine) -> None:
+    """The wait's timeout is one timer on the loop, cancelled by the answer: a long timeout does
+    not keep a handle per write alive (the loop drops cancelled ones)."""
+    aengine = AsyncHistoryEngine(engine)
+
+    async def main() -> list[asyncio.TimerHandle]:
+        loop = asyncio.get_running_loop()
+        await asyncio.gather(*(aengine.append(_batch("c", f"t{i}"), timeout=3600) for i in range(20)))
+        scheduled: list[asyncio.TimerHandle] = loop._scheduled  # type: ignore[attr-defined]
+        return [h for h in scheduled if not h.cancelled() and h._callback is aio._expire]  # type: ignore[attr-defined]
+
+    assert _run(main) == []
+    assert _all_released(engine)
 
 
 def test_a_timed_out_wait_is_commit_unconfirmed_and_leaves_no_ticket(engine: HistoryEngine) -> None:

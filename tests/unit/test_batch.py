@@ -190,6 +190,17 @@ def test_receipt() -> None:
         Receipt.from_json(b"nope")
 
 
+def test_a_receipt_of_valid_parts_equals_the_checked_one_and_is_as_frozen() -> None:
+    b = _batch()
+    checked = Receipt(b.conversation_id, b.append_id, b.digest, LogPosition(0, 7))
+    trusted = Receipt.of_valid(b.conversation_id, b.append_id, b.digest, LogPosition(0, 7))
+    assert trusted == checked and hash(trusted) == hash(checked) and repr(trusted) == repr(checked)
+    assert trusted.to_json() == checked.to_json()
+    trusted.validate_for(b)
+    with pytest.raises(AttributeError):
+        trusted.digest = "x"  # type: ignore[misc]
+
+
 def test_read_side_types_are_frozen_and_positional() -> None:
     now = datetime.now(UTC)
     sm = StoredMessage("app:0", Message.user("x"), HistoryPosition(1, 1), "app", now)  # type: ignore[arg-type]

@@ -3,11 +3,12 @@ charges the process's CPU and context switches to them, and re-raises a call's e
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
 
-from bench.common import Run, run_measured
+from bench.common import Run, run_measured, run_measured_async
 
 
 def _spin(seconds: float) -> None:
@@ -43,6 +44,30 @@ def test_run_measured_reraises_the_first_error() -> None:
 
     with pytest.raises(KeyError):
         run_measured(2, 4, fail)
+
+
+def test_run_measured_async_counts_every_call_of_every_task_and_charges_its_cpu() -> None:
+    calls: list[tuple[int, int]] = []
+
+    async def one(t: int, i: int) -> None:
+        calls.append((t, i))
+        await asyncio.sleep(0)  # every task yields: they interleave on the one loop
+        _spin(0.002)
+
+    run = run_measured_async(4, 5, one)
+    assert sorted(calls) == [(t, i) for t in range(4) for i in range(5)]
+    assert calls[:4] == [(0, 0), (1, 0), (2, 0), (3, 0)]  # started together, not one after another
+    assert len(run.latencies_us) == 20 and all(x > 0 for x in run.latencies_us)
+    assert run.per_s > 0 and run.cpu_us_per_op * 20 >= 0.5 * 40_000
+
+
+def test_run_measured_async_reraises_the_first_error() -> None:
+    async def fail(t: int, i: int) -> None:
+        if i == 2:
+            raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        run_measured_async(2, 4, fail)
 
 
 def test_shape_names_the_cost_columns() -> None:

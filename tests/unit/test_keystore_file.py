@@ -88,6 +88,20 @@ def test_create_binds_a_durable_spare_for_this_lifetime(tmp_path: Path) -> None:
         assert ("", key.key_id) in store.list_keys() and ("c", again.key_id) in store.list_keys()
 
 
+def test_a_spare_is_handed_out_with_its_keys_derived(tmp_path: Path) -> None:
+    """The refill derives each spare's AES and MAC keys, so a new conversation's first seal
+    does not; a key loaded from the file (another lifetime's) derives on first use."""
+    with FileKeyStore(tmp_path / "keys") as store:
+        key = store.create("c")
+        assert key._derived  # derived by the refill thread, before the take
+        sealed = seal(key, b"[]", conversation_id="c", append_id="a")
+    with FileKeyStore(tmp_path / "keys") as store:
+        loaded = store.get("c", key.key_id)
+        assert not loaded._derived
+        assert open_sealed(loaded, sealed, conversation_id="c", append_id="a") == b"[]"
+        assert loaded._derived
+
+
 def test_racing_threads_get_one_key(tmp_path: Path) -> None:
     with FileKeyStore(tmp_path / "keys") as store:
         got: list[DataKey] = []
