@@ -11,11 +11,11 @@ JSON line. Cases:
   ``FileLog.append`` of pre-encoded events (the events are encoded before the clock starts:
   the raw rate is the log's own) at the same concurrency, and vs the ``eventsourcing`` library
   on SQLite doing the equivalent work (load the conversation aggregate, dedup by append id,
-  record the event, save). Each of the four also reports its **cost per append**: the process's CPU µs (every thread: writers, group
-  commit, projector) and context switches (voluntary + involuntary, ``getrusage``) over the
-  same window, ``bench.common.run_measured``. On 2 shared cores the rate moves with the
-  neighbours' load; the cost per append moves much less, and it is what a thread hand-off or
-  a second wake-up shows up in.
+  record the event, save). Each of the four also reports its **cost per append**: the
+  process's CPU µs (every thread: writers, group commit, projector) and context switches
+  (voluntary + involuntary, ``getrusage``) over the same window, ``bench.common.run_measured``.
+  On 2 shared cores the rate moves with the neighbours' load; the cost per append moves much
+  less, and it is what a thread hand-off or a second wake-up shows up in.
 * **replay**: rebuild the state from N batches on the log vs a raw scan + decode of the log.
 * **read latency** p50/p99 of ``read`` and ``window(limit=20)`` on conversations of 100 and
   10,000 messages.
