@@ -111,6 +111,7 @@ class Writes:
         self._serve = serve
         self._lock = threading.Lock()
         self._submitters: ThreadPoolExecutor | None = None
+        log_.expect_writers(lambda: projector.deliveries.tickets)  # FileLog's group commit gathers them
 
     def close(self) -> None:
         """Shut the submit pool down; queued submits still run and raise ``EngineClosed``."""

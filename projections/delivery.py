@@ -333,6 +333,7 @@ class Deliveries:
         self._subscriptions: list[Subscription] = []
         self._failure: Failure | None = None
         self._stopped = False
+        self._taken = 0  # tickets taken and not released: read without the lock (``tickets``)
 
     def take(self, key: bytes, on_release: Callable[[], object] | None = None) -> Ticket:
         """A ticket for the records under ``key`` until ``Ticket.release()`` (take it before
@@ -341,6 +342,7 @@ class Deliveries:
         wakes: list[_Wake] = []
         with self._lock:
             self._tickets.setdefault(key, []).append(ticket)
+            self._taken += 1
             if self._failure is not None or self._stopped:  # nothing will be decided: answer at once
                 ticket._settle_locked(self._failure, wakes)
         return ticket
@@ -362,6 +364,7 @@ class Deliveries:
             ticket._watch = None
             waiting = self._tickets[ticket.key]
             waiting.remove(ticket)
+            self._taken -= 1
             if not waiting:
                 del self._tickets[ticket.key]
         if ticket._on_release is not None:
@@ -369,9 +372,9 @@ class Deliveries:
 
     @property
     def tickets(self) -> int:
-        """How many tickets are taken (not yet released)."""
-        with self._lock:
-            return sum(len(waiting) for waiting in self._tickets.values())
+        """How many tickets are taken (not yet released): the writes waiting for a decision. Takes
+        no lock (one int read), so a log may ask it under its own lock (``Log.expect_writers``)."""
+        return self._taken
 
     def subscribe(self, capacity: int, start: Sequence[int]) -> Subscription:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:

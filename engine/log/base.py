@@ -171,6 +171,13 @@ class Log(abc.ABC):
         record anyway; never an event loop): FileLog then leads the group commit when none runs.
         """
 
+    def expect_writers(self, count: Callable[[], int]) -> None:
+        """A hint for the group commit: ``count()`` is how many writers have a record in flight
+        (produced, or about to be, and not yet answered); called under the log's lock, so it must
+        be cheap and take no lock. FileLog gathers that many records into a group commit (see
+        its "Group commit"); other logs ignore it."""
+        return None
+
     @abc.abstractmethod
     def read(self, partition: int, from_offset: int, max_records: int = 1000) -> list[Record]:
         """Records of ``partition`` at offsets ``>= from_offset``, at most ``max_records``; never waits long."""
