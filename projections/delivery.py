@@ -36,6 +36,7 @@ import collections
 import contextlib
 import threading
 import time
+from _thread import LockType
 from collections.abc import Callable, Iterator, Sequence
 from types import TracebackType
 from typing import Any, Protocol
@@ -53,8 +54,12 @@ _WAKE = 1.0  # the longest a blocked ``next`` sleeps between checks (a close fro
 Failure = Callable[[], HistoryError]
 """Makes the (typed) error that says why the projector stopped, a new one for each raise."""
 
-_Wake = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Decision | None]", "Decision | Failure | None"]
+_Watched = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Decision | None]", "Decision | Failure | None"]
 """A watched future and its outcome: a decision, None (undecided: stopped), or the failure."""
+_Wake = _Watched | LockType
+"""What a settled ticket leaves to do once the owner's lock is released: its watched future to
+hand to its loop, or its waiting thread's gate to open (a futex wake: done under the lock, 40
+of them in one step kept every writer's ``take`` and ``release`` waiting behind it)."""
 
 
 class Produced(Protocol):
@@ -176,13 +181,13 @@ class Ticket:
         self._owner._release(self)
 
     def _settle_locked(self, outcome: Decision | Failure | None, out: list[_Wake]) -> None:
-        """Under the owner's lock: the ticket's answer, once; its waiter is woken (one release
-        of its gate, or its watched future handed to ``out`` for its loop)."""
+        """Under the owner's lock: the ticket's answer, once; its waiter is woken by ``_wake(out)``
+        once the lock is released (its gate opened, or its watched future handed to its loop)."""
         if self._settled:
             return
         self._settled = True
-        self._outcome = outcome
-        self._gate.release()
+        self._outcome = outcome  # set before the gate opens: ``wait`` reads it after its acquire
+        out.append(self._gate)
         watch, self._watch = self._watch, None
         if watch is not None:
             out.append((watch[0], watch[1], outcome))
@@ -211,10 +216,15 @@ def _settle(wakes: Sequence[_Settle]) -> None:
 
 
 def _wake(wakes: Sequence[_Wake]) -> None:
-    """Hand the outcomes to their loops: one ``call_soon_threadsafe`` per loop and step."""
+    """Open the settled tickets' gates, and hand the outcomes to their loops: one
+    ``call_soon_threadsafe`` per loop and step. Called without the owner's lock."""
     by_loop: dict[asyncio.AbstractEventLoop, list[_Settle]] = {}
-    for loop, future, outcome in wakes:
-        by_loop.setdefault(loop, []).append((future, outcome))
+    for item in wakes:
+        if isinstance(item, tuple):
+            loop, future, outcome = item
+            by_loop.setdefault(loop, []).append((future, outcome))
+        else:
+            item.release()
     for loop, items in by_loop.items():
         with contextlib.suppress(RuntimeError):  # a closed loop: nobody awaits its futures
             loop.call_soon_threadsafe(_settle, items)
@@ -345,6 +355,7 @@ class Deliveries:
             self._taken += 1
             if self._failure is not None or self._stopped:  # nothing will be decided: answer at once
                 ticket._settle_locked(self._failure, wakes)
+        _wake(wakes)
         return ticket
 
     @contextlib.contextmanager
