@@ -12,7 +12,7 @@ Cases (every one reports sealed/plain ratios per round, and their median, min an
 
   - ``new``: every append starts a new conversation, so every sealed append first takes the
     conversation's data key (``FileKeyStore.create``: a spare made durable ahead by the key
-    store's refill, 64 at a time: ``engine/keys/pool.py``) before its log append;
+    store's refill, 256 at a time, and derived by it: ``engine/keys/pool.py``) before its log append;
   - ``reused``: each writer appends to 8 conversations that already hold a turn (their keys
     exist before the clock starts): the sealed cost is a key lookup and the seal only;
   - ``turns10``: the engine benchmark's workload (``bench.common.conversation``: 10 turns per
@@ -32,17 +32,23 @@ Cases (every one reports sealed/plain ratios per round, and their median, min an
   inside a running engine (wrapped where the write path and the projector call them, for that run
   only), where they run once per append between fsyncs and cost 2-5x their hot-loop time.
 
-Measured (this 2-core box, 2026-12-02, the last of three full runs; sealed/plain medians, the
-day's range in parentheses): reused conversations 0.95 / 0.81 / 0.93 at 1 / 16 / 64 writers
-(0.89-0.95 / 0.79-0.86 / 0.62-0.93); 10 turns per conversation 0.85 / 0.83 / 0.77; a new
-conversation per append 0.82 / 0.69 / 0.66 (0.63 / 0.41 / 0.43 when each new conversation's key
-was created and fsynced on the write path; now it is a spare made durable ahead,
-``engine/keys/pool.py``); replay 0.83; clear p50 1.18. CPU per sealed append is +25-155 µs at
-16-64 writers: seal_event costs 7-8 µs hot but ~28 µs in situ (it was ~50 before randomness was
-drawn in blocks and the HMAC made from precomputed states), the rest is the sealed codec and key
-lookups, all under the interpreter lock. With a new conversation per append at 64 writers the
-log's group commit mostly falls to 2-7 appends per fsync (plain: 25), cause not found. The 15%
-goal is met at one writer and at 64 writers with reused conversations in some runs only.
+Measured (this 2-core box, 2026-12-02, one full run after the group-commit and wake-up changes
+below; sealed/plain medians of 5 rounds, their range in parentheses): reused conversations 1.06
+/ 0.79 / 0.85 at 1 / 16 / 64 writers (0.91-1.08 / 0.70-0.87 / 0.61-0.94); 10 turns per
+conversation 0.96 / 0.84 / 0.77; a new conversation per append 0.92 / 0.82 / 0.72 (the morning's
+three runs of the release before: 0.82-0.90 / 0.69-0.87 / 0.66-0.70; 0.63 / 0.41 / 0.43 when each
+new conversation's key was created and fsynced on the write path; now it is a spare made durable
+and derived ahead, ``engine/keys/pool.py``); replay 0.78 (0.62-0.84; the morning's 0.82-0.83);
+clear p50 1.19. CPU per sealed append is +33-66 µs at 16-64 writers: seal_event costs 7-8 µs hot
+but ~20 µs in situ (it was ~50 before randomness was drawn in blocks and the HMAC made from
+precomputed states), the rest is the sealed codec and key lookups, all under the interpreter
+lock. With a new conversation per append at 64 writers the log's group commit used to fall to
+2-7 appends per fsync in most runs (plain: 25). Two causes, both fixed: the first writer back
+led a group at once while the others trickled in behind the interpreter lock (the group commit
+now gathers what is coming, engine/log/file.py), and a step's decisions woke their writers'
+threads while holding the lock every writer's ticket needs (now after it,
+projections/delivery.py); every shape now runs at 38-41 appends per fsync at 64 writers. The 15%
+goal is met at one writer and, by the median, at 64 writers with reused conversations.
 
 ``python -m bench.bench_erasure [--quick]`` prints a table (and a markdown one for the README) and
 writes ``bench/results/erasure.json``; ``histlog bench erasure`` runs it with the others. The goal

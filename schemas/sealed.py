@@ -132,8 +132,9 @@ _NO_SALT: Final = _hmac_pads(bytes(32))  # HKDF's extract without a salt: HMAC k
 @dataclass(frozen=True, slots=True, repr=False)
 class DataKey:
     """A conversation's data key: its id, its secret and the two keys derived from it, derived on
-    first use (~7 us, then every seal reuses them): a key store loads, rewrites and rotates
-    records without deriving keys it never seals or opens with. ``repr`` never shows key material."""
+    first use (~7 us, then every seal reuses them) or ahead by ``prepare`` (a key store's refill
+    of spares): a key store loads, rewrites and rotates records without deriving keys it never
+    seals or opens with. ``repr`` never shows key material."""
 
     key_id: str
     secret: bytes
