@@ -39,6 +39,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import re
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -224,7 +225,11 @@ def associated_data(record: str, conversation_id: str, append_id: str, key_id: s
 
     (``record`` is ``SEALED_BATCH`` or ``SEALED_REPLACED``: the event's name and schema version.)
     Length prefixes make the encoding injective: no two field tuples give the same bytes."""
-    return _AD_PREFIX[record] + _field(conversation_id) + _field(append_id) + _field(key_id)
+    c, a, k = conversation_id.encode("utf-8"), append_id.encode("utf-8"), key_id.encode("utf-8")
+    return b"".join((_AD_PREFIX[record], _U32(len(c)), c, _U32(len(a)), a, _U32(len(k)), k))
+
+
+_U32: Final = struct.Struct(">I").pack
 
 
 def _check_record(record: str) -> None:
@@ -241,7 +246,10 @@ def seal(key: DataKey, content: bytes, *, conversation_id: str, append_id: str,
     _check_record(record)
     nonce = random_bytes(NONCE_BYTES)
     ad = associated_data(record, conversation_id, append_id, key.key_id)
-    return Sealed(key.key_id, nonce, key._aead.encrypt(nonce, content, ad), key.mac(content))
+    keys = key._keys()
+    aead = keys[0]
+    assert isinstance(aead, AESGCM)  # Invariant: _keys puts the AESGCM first.
+    return Sealed(key.key_id, nonce, aead.encrypt(nonce, content, ad), _hmac((keys[1], keys[2]), content))
 
 
 def _failed(reason: str, conversation_id: str, append_id: str) -> DecryptionFailed:
@@ -266,10 +274,13 @@ def open_sealed(key: DataKey, sealed: Sealed, *, conversation_id: str, append_id
     if len(sealed.ciphertext) < TAG_BYTES:
         raise _failed(f"ciphertext shorter than its {TAG_BYTES}-byte tag", conversation_id, append_id)
     ad = associated_data(record, conversation_id, append_id, key.key_id)
+    keys = key._keys()  # derived once per key: the AESGCM and the MAC key's pads
+    aead = keys[0]
+    assert isinstance(aead, AESGCM)  # Invariant: _keys puts the AESGCM first.
     try:
-        content = key._aead.decrypt(sealed.nonce, sealed.ciphertext, ad)
+        content = aead.decrypt(sealed.nonce, sealed.ciphertext, ad)
     except InvalidTag:
         raise _failed("the AES-GCM tag does not verify", conversation_id, append_id) from None
-    if not hmac.compare_digest(key.mac(content), sealed.mac):
+    if not hmac.compare_digest(_hmac((keys[1], keys[2]), content), sealed.mac):
         raise _failed("the MAC does not match the decrypted content", conversation_id, append_id)
     return content

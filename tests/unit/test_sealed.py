@@ -143,6 +143,7 @@ def test_mac_and_associated_data_are_the_documented_constructions(secret: bytes,
     sealed = seal(key, content, conversation_id=c, append_id=a)
     ad = associated_data(SEALED_BATCH, c, a, key.key_id)
     assert AESGCM(enc_key).decrypt(sealed.nonce, sealed.ciphertext, ad) == content
+    assert sealed.mac == hmac.new(mac_key, content, hashlib.sha256).digest()
 
     def field(value: str) -> bytes:
         return struct.pack(">I", len(value.encode())) + value.encode()
