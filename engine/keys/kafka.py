@@ -185,6 +185,9 @@ class KafkaKeyStore:
         return made
 
     def create(self, conversation_id: str) -> DataKey:
+        key = self._pool.peek(conversation_id)  # a bound conversation without a lock, as FileKeyStore.create
+        if key is not None and conversation_id not in self._markers and conversation_id not in self._keys:
+            return key
         with self._lock:
             erased, own = conversation_id in self._markers, self._keys.get(conversation_id)
         # From memory, no round trip: a destroy elsewhere not yet read here is harmless: content

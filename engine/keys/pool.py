@@ -77,6 +77,11 @@ class SparePool:
         with self._cond:
             return self._bound.get(conversation_id)
 
+    def peek(self, conversation_id: str) -> DataKey | None:
+        """``bound`` without the lock, for a store's fast path (one atomic dict lookup: a binding
+        made or dropped concurrently may or may not be seen, as with the lock just before or after)."""
+        return self._bound.get(conversation_id)
+
     def ready(self, conversation_id: str) -> bool:
         """Whether ``take(conversation_id)`` would answer now, without waiting for a refill."""
         with self._cond:
