@@ -32,23 +32,17 @@ Cases (every one reports sealed/plain ratios per round, and their median, min an
   inside a running engine (wrapped where the write path and the projector call them, for that run
   only), where they run once per append between fsyncs and cost 2-5x their hot-loop time.
 
-Measured (this 2-core box, 2026-12-02, one full run after the group-commit and wake-up changes
-below; sealed/plain medians of 5 rounds, their range in parentheses): reused conversations 1.06
-/ 0.79 / 0.85 at 1 / 16 / 64 writers (0.91-1.08 / 0.70-0.87 / 0.61-0.94); 10 turns per
-conversation 0.96 / 0.84 / 0.77; a new conversation per append 0.92 / 0.82 / 0.72 (the morning's
-three runs of the release before: 0.82-0.90 / 0.69-0.87 / 0.66-0.70; 0.63 / 0.41 / 0.43 when each
-new conversation's key was created and fsynced on the write path; now it is a spare made durable
-and derived ahead, ``engine/keys/pool.py``); replay 0.78 (0.62-0.84; the morning's 0.82-0.83);
-clear p50 1.19. CPU per sealed append is +33-66 µs at 16-64 writers: seal_event costs 7-8 µs hot
-but ~20 µs in situ (it was ~50 before randomness was drawn in blocks and the HMAC made from
-precomputed states), the rest is the sealed codec and key lookups, all under the interpreter
-lock. With a new conversation per append at 64 writers the log's group commit used to fall to
-2-7 appends per fsync in most runs (plain: 25). Two causes, both fixed: the first writer back
-led a group at once while the others trickled in behind the interpreter lock (the group commit
-now gathers what is coming, engine/log/file.py), and a step's decisions woke their writers'
-threads while holding the lock every writer's ticket needs (now after it,
-projections/delivery.py); every shape now runs at 38-41 appends per fsync at 64 writers. The 15%
-goal is met at one writer and, by the median, at 64 writers with reused conversations.
+Measured (this 2-core box, 2026-12-02 evening, the later of two full runs, runs of 1,000 /
+10,000 / 12,800 appends; sealed/plain medians of 5 rounds, their range in parentheses): reused
+conversations 0.86 / 0.83 / 0.81 at 1 / 16 / 64 writers (0.71-0.92 / 0.74-0.93 / 0.78-0.88);
+10 turns per conversation 1.03 / 0.89 / 0.91; a new conversation per append 0.90 / 0.75 / 0.77
+(0.63 / 0.41 / 0.43 when each new conversation's key was created and fsynced on the write path;
+now it is a spare made durable and derived ahead, ``engine/keys/pool.py``); replay 0.84 (CPU per
+record x1.19); clear p50 1.15. Medians move by up to 0.1 between two full runs on this shared box.
+CPU per sealed append is +83-104 µs (reused conversations) where the pieces cost 22 µs in a loop:
+a busy engine runs every piece several times slower (seal_event 47 µs in situ, 7 in a loop), all
+under the interpreter lock. The group commit's history (2-7 appends per fsync at 64 writers
+before it gathered, and before a step woke its writers after the deliveries lock) is in the README.
 
 ``python -m bench.bench_erasure [--quick]`` prints a table (and a markdown one for the README) and
 writes ``bench/results/erasure.json``; ``histlog bench erasure`` runs it with the others. The goal
