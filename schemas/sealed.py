@@ -139,7 +139,8 @@ class DataKey:
 
     key_id: str
     secret: bytes
-    _derived: list[object] = field(init=False, compare=False, default_factory=list)  # [AESGCM, HMAC pads]
+    _derived: list[tuple[AESGCM, tuple[Any, Any]]] = field(init=False, compare=False,
+                                                           default_factory=list)  # [(AESGCM, HMAC pads)]
 
     def __post_init__(self) -> None:
         problem = key_id_problem(self.key_id)
@@ -148,23 +149,18 @@ class DataKey:
         if type(self.secret) is not bytes or len(self.secret) != SECRET_BYTES:
             raise ValueError(f"a data key secret is {SECRET_BYTES} bytes")
 
-    def _keys(self) -> list[object]:
+    def _keys(self) -> tuple[AESGCM, tuple[Any, Any]]:
+        """The AESGCM of the encryption key and the MAC key's HMAC pads, derived once."""
         derived = self._derived
         if not derived:  # two threads may both derive: the same keys, one list wins
             enc_key, mac_key = _derive(self.secret)
-            derived[:] = [AESGCM(enc_key), *_hmac_pads(mac_key)]
-        return derived
+            derived[:] = [(AESGCM(enc_key), _hmac_pads(mac_key))]
+        return derived[0]
 
     def prepare(self) -> None:
         """Derive the AES and MAC keys now rather than on first use (a key store's refill does it
         for its spares, off the write path: 7-8 us a key, 15-20 in a busy process)."""
         self._keys()
-
-    @property
-    def _aead(self) -> AESGCM:
-        aead = self._keys()[0]
-        assert isinstance(aead, AESGCM)  # Invariant: _keys puts the AESGCM first.
-        return aead
 
     @classmethod
     def generate(cls) -> DataKey:
@@ -192,8 +188,7 @@ class DataKey:
 
     def mac(self, content: bytes) -> bytes:
         """HMAC-SHA256 of ``content`` under this key's MAC key: the dedup evidence."""
-        keys = self._keys()
-        return _hmac((keys[1], keys[2]), content)
+        return _hmac(self._keys()[1], content)
 
     def __repr__(self) -> str:
         return f"DataKey(key_id={self.key_id!r})"
@@ -246,10 +241,8 @@ def seal(key: DataKey, content: bytes, *, conversation_id: str, append_id: str,
     _check_record(record)
     nonce = random_bytes(NONCE_BYTES)
     ad = associated_data(record, conversation_id, append_id, key.key_id)
-    keys = key._keys()
-    aead = keys[0]
-    assert isinstance(aead, AESGCM)  # Invariant: _keys puts the AESGCM first.
-    return Sealed(key.key_id, nonce, aead.encrypt(nonce, content, ad), _hmac((keys[1], keys[2]), content))
+    aead, pads = key._keys()
+    return Sealed(key.key_id, nonce, aead.encrypt(nonce, content, ad), _hmac(pads, content))
 
 
 def _failed(reason: str, conversation_id: str, append_id: str) -> DecryptionFailed:
@@ -274,13 +267,11 @@ def open_sealed(key: DataKey, sealed: Sealed, *, conversation_id: str, append_id
     if len(sealed.ciphertext) < TAG_BYTES:
         raise _failed(f"ciphertext shorter than its {TAG_BYTES}-byte tag", conversation_id, append_id)
     ad = associated_data(record, conversation_id, append_id, key.key_id)
-    keys = key._keys()  # derived once per key: the AESGCM and the MAC key's pads
-    aead = keys[0]
-    assert isinstance(aead, AESGCM)  # Invariant: _keys puts the AESGCM first.
+    aead, pads = key._keys()
     try:
         content = aead.decrypt(sealed.nonce, sealed.ciphertext, ad)
     except InvalidTag:
         raise _failed("the AES-GCM tag does not verify", conversation_id, append_id) from None
-    if not hmac.compare_digest(_hmac((keys[1], keys[2]), content), sealed.mac):
+    if not hmac.compare_digest(_hmac(pads, content), sealed.mac):
         raise _failed("the MAC does not match the decrypted content", conversation_id, append_id)
     return content
