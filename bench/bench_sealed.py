@@ -15,14 +15,21 @@ Key store (milliseconds per operation, on the data directory's file system, same
   rocksdict ``put`` with ``sync=True`` (the alternative considered);
 * ``FileKeyStore.destroy`` with N keys already in the store (marker append + a bucket rewrite).
 
+Memory (bytes per conversation, a fresh process's RSS growth once 65,536 new conversations, four
+times ``DERIVED_KEYS``, each got a key from ``FileKeyStore.create`` and sealed once under it): with
+the bound on derived state, vs every key keeping its derived AES-GCM and HMAC state (the bound
+lifted: what releases before it held).
+
 ``python -m bench.bench_sealed [--quick]``: a table, then one JSON line. Numbers are ratios to the
 baselines of the same run; the lead re-measures on a quiet machine.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +44,10 @@ from bench.common import best_us
 from engine.keys import FileKeyStore
 from schemas import Batch, Message
 from schemas.events import BatchAppended, decode_event, encode_event, event_batch
-from schemas.sealed import DataKey, Sealed, open_sealed, seal
+from schemas.sealed import DERIVED_KEYS, DataKey, Sealed, open_sealed, seal
+
+_ROOT = Path(__file__).resolve().parents[1]
+MEMORY_CONVERSATIONS = 4 * DERIVED_KEYS
 
 _V3 = parse_schema(json.loads((Path(__file__).resolve().parents[1] / "schemas" / "batch_appended.v3.avsc")
                               .read_text(encoding="utf-8")))
@@ -97,7 +107,7 @@ def _codec(n: int, quick: bool) -> dict[str, float]:
                                                   conversation_id="conv-bench", append_id="append-1"), iterations),
         "sealed_encode_us": best_us(v3_body, iterations),
         "sealed_decode_open_us": best_us(v3_open, iterations),
-        "key_derive_us": best_us(lambda: DataKey(key.key_id, key.secret), iterations // 4),
+        "key_derive_us": best_us(lambda: DataKey(key.key_id, key.secret).prepare(), iterations // 4),
     }
 
 
@@ -157,12 +167,51 @@ def _fill(path: Path, keys: int) -> None:
             f.write(b"".join(frames))
 
 
+def key_memory_child(n: int, limit: int) -> float:
+    """In this process (a fresh one): RSS growth per conversation, in bytes, once ``n`` new
+    conversations each got their key from a ``FileKeyStore`` (a spare, bound in memory) and
+    sealed a batch under it, with the bound on derived state at ``limit``."""
+    from schemas import sealed
+
+    sealed._DERIVED.limit = limit
+    page = os.sysconf("SC_PAGE_SIZE")
+
+    def rss() -> int:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * page
+
+    with tempfile.TemporaryDirectory(prefix="histlog-bench-memory-", dir=os.environ.get("HISTLOG_BENCH_DIR")) as tmp, \
+            FileKeyStore(Path(tmp) / "keys") as store:
+        store.create("warm")
+        gc.collect()
+        before = rss()
+        for i in range(n):
+            seal(store.create(f"conv-{i:08d}"), b"[]", conversation_id="c", append_id="a")
+        gc.collect()
+        return (rss() - before) / n
+
+
+def _key_memory(n: int, limit: int) -> float:
+    code = "import sys; from bench.bench_sealed import key_memory_child as f; print(f(*map(int, sys.argv[1:])))"
+    out = subprocess.run([sys.executable, "-c", code, str(n), str(limit)], cwd=_ROOT, check=True,
+                         capture_output=True, text=True, timeout=600)
+    return float(out.stdout.split()[-1])
+
+
+def _memory() -> dict[str, float]:
+    bounded = _key_memory(MEMORY_CONVERSATIONS, DERIVED_KEYS)
+    unbounded = _key_memory(MEMORY_CONVERSATIONS, MEMORY_CONVERSATIONS)
+    return {"conversations": MEMORY_CONVERSATIONS, "bound": DERIVED_KEYS,
+            "bounded_bytes_per_conversation": round(bounded), "unbounded_bytes_per_conversation": round(unbounded),
+            "ratio": round(bounded / unbounded, 3)}
+
+
 def run(quick: bool = False) -> dict[str, Any]:
     result: dict[str, Any] = {"bench": "sealed", "unit": "us (codec), ms (store)"}
     for n in (2, 20):
         result[f"batch_{n}"] = _codec(n, quick)
     with tempfile.TemporaryDirectory(prefix="histlog-bench-sealed-", dir=os.environ.get("HISTLOG_BENCH_DIR")) as tmp:
         result["store"] = _store(quick, Path(tmp))
+    result["memory"] = _memory()
     return result
 
 
@@ -170,7 +219,7 @@ def report(result: dict[str, Any]) -> str:
     rows = [("encode_event (today, baseline)", "encode_us"), ("seal", "seal_us"), ("open", "open_us"),
             ("seal + open", "seal_open_us"), ("seal + v3 encode", "sealed_encode_us"),
             ("v3 decode + open", "sealed_decode_open_us"), ("decode_event + event_batch (today)", "decode_us"),
-            ("DataKey derive (once per key)", "key_derive_us")]
+            ("DataKey made + derived (once per key)", "key_derive_us")]
     lines = [f"{'operation (us per batch)':40}{'2 msgs':>9}{'20 msgs':>9}{'2: x enc':>10}{'20: x enc':>10}"]
     for label, key in rows:
         a, b = result["batch_2"][key], result["batch_20"][key]
@@ -181,6 +230,10 @@ def report(result: dict[str, Any]) -> str:
     lines.append(f"{'key store (ms per op)':40}{'ms':>9}{'x fsync':>10}")
     for key, value in store.items():
         lines.append(f"{key:40}{value:9.3f}{value / base:9.2f}x")
+    mem = result["memory"]
+    bounded, unbounded = mem["bounded_bytes_per_conversation"], mem["unbounded_bytes_per_conversation"]
+    lines.append(f"memory per conversation, {mem['conversations']:,} with a key each: {bounded:,} B with the bound "
+                 f"({mem['bound']:,} derived), {unbounded:,} B with every key derived (x{mem['ratio']:.2f})")
     return "\n".join(lines)
 
 

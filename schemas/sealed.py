@@ -40,6 +40,9 @@ import hashlib
 import hmac
 import re
 import struct
+import threading
+import weakref
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -50,6 +53,7 @@ from schemas.entropy import random_bytes
 from schemas.errors import DecryptionFailed
 
 __all__ = [
+    "DERIVED_KEYS",
     "KEY_ID_LENGTH",
     "MAC_BYTES",
     "NONCE_BYTES",
@@ -81,6 +85,13 @@ SEALED_BATCH: Final = "histlog.events.BatchAppended/3"
 SEALED_REPLACED: Final = "histlog.events.TurnReplaced/2"
 """The record a sealed replacement turn lives in (name/version), part of its associated data."""
 _RECORDS: Final = frozenset({SEALED_BATCH, SEALED_REPLACED})
+
+DERIVED_KEYS: Final = 16_384
+"""At most this many data keys hold their derived state at once (an ``AESGCM`` with its OpenSSL
+contexts and two HMAC hash states: about 3 KB a key, 48 MB in all, against about 300 bytes for
+the id and secret alone). Deriving more drops the state of the key derived longest ago, which
+derives it again on its next use (~9 us). Without the bound a long-running process kept the
+state of every key it ever sealed or opened with: 3 GB for a million conversations."""
 
 _AD_TAG: Final = b"histlog sealed v1"
 _INFO_ENC: Final = b"histlog data key v1: aes-256-gcm"
@@ -130,12 +141,13 @@ def _hmac(pads: tuple[Any, Any], message: bytes) -> bytes:
 _NO_SALT: Final = _hmac_pads(bytes(32))  # HKDF's extract without a salt: HMAC keyed by 32 zero bytes
 
 
-@dataclass(frozen=True, slots=True, repr=False)
+@dataclass(frozen=True, slots=True, repr=False, weakref_slot=True)
 class DataKey:
     """A conversation's data key: its id, its secret and the two keys derived from it, derived on
-    first use (~7 us, then every seal reuses them) or ahead by ``prepare`` (a key store's refill
-    of spares): a key store loads, rewrites and rotates records without deriving keys it never
-    seals or opens with. ``repr`` never shows key material."""
+    first use (~7 us, then every seal reuses them while it is among the ``DERIVED_KEYS`` derived
+    last) or ahead by ``prepare`` (a key store's refill of spares): a key store loads, rewrites
+    and rotates records without deriving keys it never seals or opens with. ``repr`` never shows
+    key material."""
 
     key_id: str
     secret: bytes
@@ -150,12 +162,12 @@ class DataKey:
             raise ValueError(f"a data key secret is {SECRET_BYTES} bytes")
 
     def _keys(self) -> tuple[AESGCM, tuple[Any, Any]]:
-        """The AESGCM of the encryption key and the MAC key's HMAC pads, derived once."""
-        derived = self._derived
-        if not derived:  # two threads may both derive: the same keys, one list wins
-            enc_key, mac_key = _derive(self.secret)
-            derived[:] = [(AESGCM(enc_key), _hmac_pads(mac_key))]
-        return derived[0]
+        """The AESGCM of the encryption key and the MAC key's HMAC pads: derived on first use and
+        kept while this key is among the ``DERIVED_KEYS`` derived last (``_Derived``)."""
+        try:
+            return self._derived[0]  # atomic: the state, or IndexError once dropped (or never made)
+        except IndexError:
+            return _DERIVED.derive(self)
 
     def prepare(self) -> None:
         """Derive the AES and MAC keys now rather than on first use (a key store's refill does it
@@ -192,6 +204,43 @@ class DataKey:
 
     def __repr__(self) -> str:
         return f"DataKey(key_id={self.key_id!r})"
+
+
+class _Derived:
+    """The keys holding derived state, oldest first, at most ``limit``: a key past the bound has
+    its state dropped (its ``_derived`` list emptied), so it derives again on its next use. A
+    hit costs nothing here (``DataKey._keys`` reads the key's own list); only a derivation takes
+    the lock. Order is by derivation, not by use: a key in constant use is dropped once every
+    ``limit`` derivations and costs one derivation more, which is cheaper than bookkeeping on
+    every seal. Held by weak reference: a key no store holds any more (destroyed) takes its
+    state with it, never kept alive here."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._order: deque[weakref.ref[DataKey]] = deque()
+
+    def derive(self, key: DataKey) -> tuple[AESGCM, tuple[Any, Any]]:
+        enc_key, mac_key = _derive(key.secret)
+        made = (AESGCM(enc_key), _hmac_pads(mac_key))
+        with self._lock:
+            if key._derived:  # another thread derived it meanwhile: the same keys, its state stays
+                return key._derived[0]
+            key._derived.append(made)
+            self._order.append(weakref.ref(key))
+            while len(self._order) > self.limit:
+                old = self._order.popleft()()
+                if old is not None:
+                    old._derived.clear()
+        return made
+
+    def __len__(self) -> int:
+        """How many keys hold derived state now (what the bound bounds)."""
+        with self._lock:
+            return sum(1 for ref in self._order if (key := ref()) is not None and key._derived)
+
+
+_DERIVED: Final = _Derived(DERIVED_KEYS)
 
 
 @dataclass(frozen=True, slots=True)
