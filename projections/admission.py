@@ -161,7 +161,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
                 own = own if own is not None and _same_key(keys_, event, own.key) else None
                 event = open_content(event, keys_) if own is None else own.plain  # DecryptionFailed or KeyErased
                 opened = key_id
-            batch = event_batch(event) if own is None else own.batch
+            batch = event_batch(event, opened=bool(opened)) if own is None else own.batch  # one digest a record
             append_id = event.append_id.encode("utf-8")
     except CorruptLog as e:
         if opened:  # opened, then refused by event_batch: its key was used all the same

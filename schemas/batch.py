@@ -103,13 +103,15 @@ class Batch:
         self._set(conv, app, snapshot, canonical)
 
     def _set(
-        self, conv: ConversationID, app: AppendID, messages: tuple[Message, ...], canonical: bytes
+        self, conv: ConversationID, app: AppendID, messages: tuple[Message, ...], canonical: bytes,
+        digest: str | None = None,
     ) -> None:
+        """``digest``: ``digest_of(canonical)``, when the caller computed it from these bytes."""
         object.__setattr__(self, "_conversation_id", conv)
         object.__setattr__(self, "_append_id", app)
         object.__setattr__(self, "_messages", messages)
         object.__setattr__(self, "_canonical", canonical)
-        object.__setattr__(self, "_digest", digest_of(canonical))
+        object.__setattr__(self, "_digest", digest_of(canonical) if digest is None else digest)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("Batch is immutable")

@@ -61,9 +61,17 @@ MAX_DOCUMENT_DEPTH: Final = MAX_DEPTH + 16
 file (``{"messages":[{"parts":[{"output":{"details":...}}]}]}`` is 6 levels), with room to spare."""
 
 
+_SHA256: Final = hashlib.sha256()  # never updated: each digest copies it
+
+
 def digest_of(data: bytes) -> str:
-    """``"sha256:"`` + the lowercase hex SHA-256 of ``data``: the digest of a batch or message."""
-    return "sha256:" + hashlib.sha256(data).hexdigest()
+    """``"sha256:"`` + the lowercase hex SHA-256 of ``data``: the digest of a batch or message.
+
+    From a copy of an empty state made once: ``hashlib.sha256()`` looks its algorithm up in
+    OpenSSL on every call (about 6,700 instructions, as much as hashing 200 bytes; a copy is 400)."""
+    h = _SHA256.copy()
+    h.update(data)
+    return "sha256:" + h.hexdigest()
 
 
 def dumps(value: Any) -> bytes:

@@ -582,7 +582,8 @@ def open_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppend
                         event.content_bytes, event.created_at_ms, event.old_turn_id, event.reason)
 
 
-def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None, *, fast: bool = True) -> Batch:
+def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None, *, fast: bool = True,
+                opened: bool = False) -> Batch:
     """The batch a decoded event carries, checked: ``CorruptLog`` unless ``messages`` has the
     event's digest and is the canonical JSON of valid messages whose count and content bytes are
     the event's, and a replacement turn starts with its user message.
@@ -594,13 +595,18 @@ def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None,
     accepts exactly what the full model accepts and builds the same batch, else (and always
     with ``fast=False``, the differential tests' reference) by ``Batch.from_canonical``, which
     also gives the reason of a rejection. A sealed event is opened first (``open_event``).
+
+    ``opened=True`` says ``event`` is ``open_event``'s result, whose ``digest`` was computed here
+    from its ``messages`` (not read from a record): the fast path takes it instead of hashing
+    the same bytes again. Never pass it for a decoded plain event, whose digest is a claim.
     """
     assert event.sealed is None  # Invariant: callers open a sealed event before reading its batch.
     from_canonical, fast_batch = _batch_readers()
     if known is not None and known.canonical_json() == event.messages:
         batch = known
     else:
-        found = fast_batch(event.conversation_id, event.append_id, event.messages) if fast else None
+        found = (fast_batch(event.conversation_id, event.append_id, event.messages, event.digest if opened else None)
+                 if fast else None)
         # The digest is checked first on both paths (so both give the same reason); the fast
         # batch's digest is digest_of(messages) already, computed once.
         if (found.digest if found is not None else digest_of(event.messages)) != event.digest:

@@ -345,9 +345,11 @@ _BUILD_MESSAGE: Final = _BUILDERS.get(Message)
 _MESSAGE_POST: Final = _post_init(Message)
 
 
-def fast_batch(conversation_id: ConversationID, append_id: AppendID, data: bytes) -> Batch | None:
+def fast_batch(conversation_id: ConversationID, append_id: AppendID, data: bytes,
+               digest: str | None = None) -> Batch | None:
     """The batch ``Batch.from_canonical(conversation_id, append_id, data)`` returns, or ``None``
-    when this path cannot tell (then the full model decides, and gives the reason). Never raises."""
+    when this path cannot tell (then the full model decides, and gives the reason). Never raises.
+    ``digest``: ``digest_of(data)``, when the caller computed it from these bytes already."""
     build, post = _BUILD_MESSAGE, _MESSAGE_POST
     if build is None or post is None:
         return None
@@ -366,7 +368,7 @@ def fast_batch(conversation_id: ConversationID, append_id: AppendID, data: bytes
         if b"[" + b",".join(canonical) + b"]" != data:
             return None
         batch = Batch.__new__(Batch)
-        batch._set(ConversationID(conversation_id), AppendID(append_id), tuple(messages), data)
+        batch._set(ConversationID(conversation_id), AppendID(append_id), tuple(messages), data, digest)
     except Exception:  # any doubt at all defers to the full model
         return None
     return batch

@@ -36,6 +36,7 @@ from schemas.events import (
     current_schema,
     decode_event,
     encode_event,
+    event_batch,
     fingerprint_of,
     open_event,
     register_writer_schema,
@@ -308,6 +309,20 @@ def test_sealed_golden_opens_to_its_content(name: str) -> None:
     assert opened.messages == content and opened == plain
     assert content not in golden and plain.digest.encode() not in golden
     assert plain.digest.removeprefix("sha256:").encode() not in golden
+
+
+@pytest.mark.parametrize("name", sorted(SEALED_GOLDENS))
+def test_an_opened_event_gives_the_batch_of_the_full_path(name: str) -> None:
+    """``event_batch(opened=True)`` takes the digest ``open_event`` computed instead of hashing
+    the content again: the batch is the full model's, digest included."""
+    key, _ = _golden_key(name)
+    _, golden = load_golden(name)
+    opened = open_event(decode_event(golden), key)
+    assert isinstance(opened, (BatchAppended, TurnReplaced))
+    fast, full = event_batch(opened, opened=True), event_batch(opened, fast=False)
+    assert fast.digest == full.digest == opened.digest
+    assert fast.canonical_json() == full.canonical_json() == opened.messages
+    assert fast.messages == full.messages
 
 
 @pytest.mark.parametrize("name", sorted(SEALED_GOLDENS))
