@@ -40,6 +40,7 @@ from engine.keys import FileKeyStore, KafkaKeyStore, KeyStore, MasterKey, keys_t
 from engine.log.base import Log
 from engine.log.file import FileLog, FsyncPolicy
 from projections import keys
+from projections.rows import ReceiptRow
 from projections.runtime import CORE, checkpoints, scratch_prefix
 from projections.store import DamagedState, StateStore
 from schemas.errors import CorruptLog, InvalidConfiguration
@@ -138,7 +139,7 @@ def lost_appends(store: StateStore, ends: list[int]) -> list[tuple[str, str, Log
     for the recovery path only."""
     lost = []
     for k, v in store.iterator().scan(keys.RECEIPT_PREFIX, keys.RECEIPT_END):
-        row = keys.ReceiptRow.decode(v)
+        row = ReceiptRow.decode(v)
         if row.partition >= len(ends) or row.offset >= ends[row.partition]:
             conv, append_id = keys.read_receipt_key(k)
             lost.append((conv.decode(), append_id.decode(), LogPosition(row.partition, row.offset)))

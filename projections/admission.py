@@ -42,6 +42,7 @@ from projections import full, keys
 from projections.erasure import DataKeys, open_content
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from projections.full import Rows
+from projections.rows import ConversationRow, ReceiptRow, SourceRow, Stats
 from projections.store import Tx
 from schemas.batch import Batch, Receipt
 from schemas.errors import CorruptLog, KeyErased
@@ -127,10 +128,10 @@ _COUNTERS = {
     Outcome.ERASED: "erased",
     Outcome.CLEARED: "cleared",
 }
-"""The ``keys.Stats`` counter of each outcome (a repeated clear, a duplicate, counts nowhere)."""
+"""The ``rows.Stats`` counter of each outcome (a repeated clear, a duplicate, counts nowhere)."""
 
 
-def admit(tx: Tx, stats: keys.Stats, position: LogPosition, key: bytes, value: bytes, *,
+def admit(tx: Tx, stats: Stats, position: LogPosition, key: bytes, value: bytes, *,
           known: Known | None = None, want_event: bool = False,
           keys_: DataKeys | None = None) -> tuple[Decision, ProjectedEvent | None]:
     """Decide one record and apply its effects to ``tx``; returns the decision and, when the
@@ -196,7 +197,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
             return Decision(Outcome.DUPLICATE), None
         full.clear(tx, conv)  # leaves the K rows: projections.erasure.complete reads them
         tx.delete(keys.open_key(conv))
-        tx.put(keys.conv_key(conv), keys.ConversationRow(closed=True).encode())
+        tx.put(keys.conv_key(conv), ConversationRow(closed=True).encode())
         # Always pending until projections.erasure.complete: its keys (K rows, even of records all
         # refused) to destroy, and, if it had rows, its files to compact.
         tx.put(keys.erasing_key(conv), keys.ERASE_COMPACT if row is not None else keys.ERASE_KEYS_ONLY)
@@ -209,7 +210,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     if refused is not None:
         return refused, None
     if row is None:  # the conversation's first accepted append: it is open from now on
-        row = keys.ConversationRow()
+        row = ConversationRow()
         tx.put(keys.open_key(conv), b"")
     hidden = range(0)
     created_ms = max(row.last_ms, event.created_at_ms)  # never earlier than the message before it
@@ -224,7 +225,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     if opened:
         row.last_key = opened  # its K row was just noted
     tx.put(keys.conv_key(conv), row.encode())
-    tx.put(keys.receipt_key(conv, append_id), keys.ReceiptRow.pack(event.digest, position.partition, position.offset,
+    tx.put(keys.receipt_key(conv, append_id), ReceiptRow.pack(event.digest, position.partition, position.offset,
                                                                    first_seq, len(batch), first_ord))
     decision = Decision(Outcome.ACCEPTED, event.digest, position)
     if not want_event:
@@ -239,7 +240,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
                                 first_seq, positions)
 
 
-def _note_key(tx: Tx, conv: bytes, key_id: str, row: keys.ConversationRow | None) -> None:
+def _note_key(tx: Tx, conv: bytes, key_id: str, row: ConversationRow | None) -> None:
     """Record (a ``K`` row) that a record of ``conv`` was sealed under ``key_id``: what its
     ``clear`` destroys. Nothing to write when it is the key of the conversation's last accepted
     record (``row.last_key``: its K row exists); else the row is written without reading it
@@ -256,13 +257,13 @@ def _same_key(keys_: DataKeys | None, event: BatchAppended | TurnReplaced, key: 
     return keys_ is not None and key is not None and keys_.get(event.conversation_id, event.sealed.key_id) == key
 
 
-def conversation_row(rows: Rows, conversation_id: str) -> keys.ConversationRow | None:
+def conversation_row(rows: Rows, conversation_id: str) -> ConversationRow | None:
     """The conversation's summary row, or None before its first accepted append or clear."""
     raw = rows.get(keys.conv_key(conversation_id.encode("utf-8")))
-    return keys.ConversationRow.decode(raw) if raw is not None else None
+    return ConversationRow.decode(raw) if raw is not None else None
 
 
-def precheck(rows: Rows, row: keys.ConversationRow | None, event: BatchAppended | TurnReplaced, batch: Batch, *,
+def precheck(rows: Rows, row: ConversationRow | None, event: BatchAppended | TurnReplaced, batch: Batch, *,
              in_log_order: bool) -> Decision | None:
     """Admission's rules for a batch or a replacement (closed, duplicate, conflict, precondition,
     replaceable), the one home of each, without effects: the refusal or duplicate ``Decision``,
@@ -281,7 +282,7 @@ def precheck(rows: Rows, row: keys.ConversationRow | None, event: BatchAppended 
     conv = batch.conversation_id.encode("utf-8")
     raw_receipt = rows.get(keys.receipt_key(conv, batch.append_id.encode("utf-8"))) if row is not None else None
     if raw_receipt is not None:
-        prior = keys.ReceiptRow.decode(raw_receipt)
+        prior = ReceiptRow.decode(raw_receipt)
         if prior.digest == batch.digest:  # the content's digest: a sealed event's is in memory only
             return Decision(Outcome.DUPLICATE, prior.digest, LogPosition(prior.partition, prior.offset))
         return Decision(Outcome.CONFLICT, prior.digest)
@@ -303,7 +304,7 @@ def _known(rows: Rows, conv: bytes, append_id: str) -> bool:
     return rows.get(keys.receipt_key(conv, append_id.encode("utf-8"))) is not None
 
 
-def _not_replaceable(rows: Rows, conv: bytes, row: keys.ConversationRow | None, event: TurnReplaced, batch: Batch,
+def _not_replaceable(rows: Rows, conv: bytes, row: ConversationRow | None, event: TurnReplaced, batch: Batch,
                      in_log_order: bool) -> str:
     """Why ``event`` may not replace its turn ("" when it may, or, out of log order, when that is
     not decided yet)."""
@@ -321,6 +322,6 @@ def _not_replaceable(rows: Rows, conv: bytes, row: keys.ConversationRow | None, 
     if in_log_order and event.reason == "retry":
         source = rows.get(keys.source_key(conv, first_ord))
         assert source is not None  # Invariant: visible messages have their N row.
-        if keys.SourceRow.decode(source)[6] != batch.messages[0].content_json():
+        if SourceRow.decode(source)[6] != batch.messages[0].content_json():
             return "a retry keeps the user message; its content differs from the old turn's (use reason 'edit')"
     return ""

@@ -17,6 +17,7 @@ from typing import Protocol
 import orjson
 
 from projections import keys
+from projections.rows import FLAG_INTERRUPTED, AggregateRow, ConversationRow, HiddenRow, MessageRow, SourceRow
 from projections.store import Tx
 from schemas.batch import Batch
 from schemas.ids import MessageID
@@ -35,11 +36,11 @@ _USER = keys.ROLE_CODES["user"]
 _SYSTEM = keys.ROLE_CODES["system"]
 _ROLE_CODES = keys.ROLE_CODES
 _u64 = keys.u64
-_pack_message = keys.MessageRow.pack
-_pack_source = keys.SourceRow.pack
+_pack_message = MessageRow.pack
+_pack_source = SourceRow.pack
 
 
-def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch,
+def append(tx: Tx, conv: bytes, row: ConversationRow, batch: Batch,
            created_at_ms: int) -> tuple[int, int, list[int]]:
     """Store the batch's messages after the conversation's last visible one; update ``row`` in
     place. Per message: the full row (``M``), the turn-source row (``N``), the system index
@@ -68,7 +69,7 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch,
             turns += 1
             put(keys.turn_key(conv, turn), keys.turn_value(seq, ord_))
         metadata = message.metadata
-        flags = keys.FLAG_INTERRUPTED if metadata.get("interrupted") == "true" else 0
+        flags = FLAG_INTERRUPTED if metadata.get("interrupted") == "true" else 0
         if metadata:
             external = external_of(metadata)
             if external is not None:
@@ -86,7 +87,7 @@ def append(tx: Tx, conv: bytes, row: keys.ConversationRow, batch: Batch,
         ord_ += 1
         content_total += size
         seq += 1
-    put(keys.aggregate_key(conv, first_ord), keys.AggregateRow.pack(sums))
+    put(keys.aggregate_key(conv, first_ord), AggregateRow.pack(sums))
     put(keys.time_key(conv, created_at_ms, first_ord), b"")
     row.turn, row.turns, row.content_bytes, row.messages, row.next_seq = turn, turns, content_total, ord_, seq
     row.last_ms = created_at_ms
@@ -113,7 +114,7 @@ def turn_id(append_id: str, index: int) -> str:
     return MessageID.format(append_id, index)
 
 
-def latest_turn(tx: Rows, conv: bytes, row: keys.ConversationRow) -> tuple[str, int] | None:
+def latest_turn(tx: Rows, conv: bytes, row: ConversationRow) -> tuple[str, int] | None:
     """``(turn id, first ordinal)`` of the latest visible user-led turn, or None.
 
     Every turn starts at a user message and a replacement always opens a new one, so the
@@ -126,11 +127,11 @@ def latest_turn(tx: Rows, conv: bytes, row: keys.ConversationRow) -> tuple[str, 
     _, first_ord = keys.read_turn_value(raw)
     message = tx.get(keys.message_key(conv, first_ord))
     assert message is not None  # Invariant: T rows index visible M rows (same WriteBatch).
-    head = keys.MessageRow.decode(message)
+    head = MessageRow.decode(message)
     return turn_id(head.append_id, head.index), first_ord
 
 
-def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_ord: int, batch: Batch,
+def replace_latest_turn(tx: Tx, conv: bytes, row: ConversationRow, first_ord: int, batch: Batch,
                         reason: str, created_at_ms: int) -> tuple[int, int, range, list[int]]:
     """Hide the latest visible turn (``first_ord`` to the last visible message) and append
     ``batch`` as the next turn, in ``tx``; update ``row``.
@@ -145,17 +146,17 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_or
     """
     first = tx.get(keys.message_key(conv, first_ord))
     assert first is not None  # Invariant: the latest turn's first message is visible.
-    k = keys.MessageRow.decode(first).index  # the turn's first message is its batch's k-th
+    k = MessageRow.decode(first).index  # the turn's first message is its batch's k-th
     sums = tx.get(keys.aggregate_key(conv, first_ord - k))
     assert sums is not None  # Invariant: every visible batch has its A row (same WriteBatch).
-    content_before, turns_before = keys.AggregateRow.at(sums, k)
+    content_before, turns_before = AggregateRow.at(sums, k)
     old_count = row.messages
     superseded_by = turn_id(batch.append_id, 0)
     hidden_first_seq = row.next_seq
     for ord_ in range(first_ord, old_count):
         message = tx.get(keys.message_key(conv, ord_))
         assert message is not None  # Invariant: ordinals below the count are all visible rows.
-        head = keys.MessageRow.decode(message)
+        head = MessageRow.decode(message)
         if head.index == 0 and ord_ > first_ord:  # a hidden batch's sums: no floor read may find them
             tx.delete(keys.aggregate_key(conv, ord_))
         if head.index == 0:  # nor a time seek its first ordinal (the replacement writes its own)
@@ -165,7 +166,7 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: keys.ConversationRow, first_or
             tx.delete(keys.external_key(conv, external, ord_))
         hidden_first_seq = min(hidden_first_seq, head.seq)
         tx.put(keys.hidden_key(conv, head.turn, head.seq),
-               keys.HiddenRow.pack(created_at_ms, reason, superseded_by, message))
+               HiddenRow.pack(created_at_ms, reason, superseded_by, message))
         if head.role == _SYSTEM:
             tx.delete(keys.system_key(conv, ord_))
     row.messages, row.content_bytes, row.turns = first_ord, content_before, turns_before

@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Literal
 
 from projections import keys
+from projections.rows import HiddenRow, MessageRow
 from projections.store import Snapshot
 from schemas.batch import Located, StoredMessage
 from schemas.ids import AppendID, ConversationID, MessageID
@@ -39,7 +40,7 @@ def _time(ms: int) -> datetime:
     return time_of(ms)  # the one conversion of event times, exact (admission only stores representable ones)
 
 
-def stored(row: keys.MessageRow, superseded_by: str | None = None, reason: str | None = None) -> StoredMessage:
+def stored(row: MessageRow, superseded_by: str | None = None, reason: str | None = None) -> StoredMessage:
     """The ``StoredMessage`` of a message row (and, for a hidden one, why it is hidden)."""
     return StoredMessage(
         message_id(row.append_id, row.index),
@@ -54,8 +55,8 @@ def stored(row: keys.MessageRow, superseded_by: str | None = None, reason: str |
 
 def stored_hidden(value: bytes) -> StoredMessage:
     """The ``StoredMessage`` of an ``H`` row."""
-    _, reason, superseded_by, message = keys.HiddenRow.decode(value)
-    return stored(keys.MessageRow.decode(message), superseded_by, reason)
+    _, reason, superseded_by, message = HiddenRow.decode(value)
+    return stored(MessageRow.decode(message), superseded_by, reason)
 
 
 def _first_batch_at(snap: Snapshot, conv: bytes, ms: int, count: int) -> int:
@@ -88,7 +89,7 @@ def visible_page(snap: Snapshot, conv: bytes, lo: int, hi: int, limit: int | Non
         if limit is not None:
             lo = max(lo, hi - limit)
         rows = snap.scan_reverse(keys.message_key(conv, lo), keys.message_key(conv, hi))
-    return [stored(keys.MessageRow.decode(v)) for _, v in rows]
+    return [stored(MessageRow.decode(v)) for _, v in rows]
 
 
 def hidden_page(snap: Snapshot, conv: bytes, after: HistoryPosition | None, before: HistoryPosition | None,
@@ -105,8 +106,8 @@ def hidden_page(snap: Snapshot, conv: bytes, after: HistoryPosition | None, befo
     for _, value in scan(lower, upper):
         if limit is not None and len(out) >= limit:
             break
-        _, reason, superseded_by, raw = keys.HiddenRow.decode(value)
-        row = keys.MessageRow.decode(raw)
+        _, reason, superseded_by, raw = HiddenRow.decode(value)
+        row = MessageRow.decode(raw)
         ms = row.created_at_ms
         if (since_ms is None or ms >= since_ms) and (until_ms is None or ms < until_ms):
             out.append(stored(row, superseded_by, reason))
@@ -124,7 +125,7 @@ def locate(snap: Snapshot, conv: bytes, count: int, external_id: str, before: in
         return None
     at = keys.read_key_u64(found[0])
     lo, hi = max(at - before, 0), min(at + after + 1, count)
-    rows = [stored(keys.MessageRow.decode(v)) for _, v in snap.scan(keys.message_key(conv, lo),
+    rows = [stored(MessageRow.decode(v)) for _, v in snap.scan(keys.message_key(conv, lo),
                                                                       keys.message_key(conv, hi))]
     k = at - lo
     return Located(rows[k], rows[:k], rows[k + 1:])

@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 
 from projections import keys
 from projections.delivery import Deliveries
+from projections.rows import Stats
 from projections.store import StateStore, Tx
 from schemas.errors import NotOwner
 from schemas.records import partition_for_key
@@ -67,7 +68,7 @@ class Ownership:
     _cond: threading.Condition
     _step_lock: threading.Lock
     _applied: list[int]
-    _stats: list[keys.Stats]
+    _stats: list[Stats]
     _waiters: list[list[tuple[int, int, threading.Event]]]
     _cursor: _Cursor | None
     _owned: frozenset[int]
@@ -139,7 +140,7 @@ class Ownership:
                 with self._cond:
                     for p in gone:
                         self._applied[p] = 0
-                        self._stats[p] = keys.Stats()
+                        self._stats[p] = Stats()
             self._replan = True
         self._wake_cursor()
 

@@ -14,6 +14,7 @@ from typing import Literal, NamedTuple
 
 from projections import keys, navigation
 from projections.navigation import Order, message_id
+from projections.rows import FLAG_INTERRUPTED, AggregateRow, ConversationRow, MessageRow, ReceiptRow, SourceRow
 from projections.store import Snapshot, StateStore
 from projections.window import fit_turns, merge_system
 from schemas.batch import HistoryLoad, HistoryTurn, Located, Measure, StoredMessage, StoredWindow, TurnSource
@@ -59,13 +60,13 @@ def _time(ms: int) -> datetime:
 
 
 def _source(value: bytes) -> TurnSource:
-    _, created, index, role, flags, append_id, content = keys.SourceRow.decode(value)
+    _, created, index, role, flags, append_id, content = SourceRow.decode(value)
     return TurnSource(message_id(append_id, index), _ROLES[role], content, _time(created),
-                      bool(flags & keys.FLAG_INTERRUPTED))
+                      bool(flags & FLAG_INTERRUPTED))
 
 
 def _message_head(value: bytes) -> tuple[int, int]:
-    turn, _, size = keys.MessageRow.decode_head(value)
+    turn, _, size = MessageRow.decode_head(value)
     return turn, size
 
 
@@ -77,7 +78,7 @@ class _Opened(NamedTuple):
 
     snap: Snapshot
     conv: bytes  # the conversation id's UTF-8 bytes, as keys take it
-    row: keys.ConversationRow  # its summary row: the conversation is open
+    row: ConversationRow  # its summary row: the conversation is open
 
 
 class Reads:
@@ -86,9 +87,9 @@ class Reads:
     def __init__(self, store: StateStore) -> None:
         self.store = store
 
-    def conversation(self, conv: str) -> keys.ConversationRow | None:
+    def conversation(self, conv: str) -> ConversationRow | None:
         raw = self.store.get(keys.conv_key(conv.encode("utf-8")))
-        return keys.ConversationRow.decode(raw) if raw is not None else None
+        return ConversationRow.decode(raw) if raw is not None else None
 
     def poison(self) -> list[tuple[LogPosition, str]]:
         """Quarantined poison records in position order."""
@@ -104,7 +105,7 @@ class Reads:
     def closed(self, conv: str) -> bool:
         """Whether ``conv`` was cleared (one point read)."""
         raw = self.store.iterator().get(keys.conv_key(conv.encode("utf-8")))
-        return raw is not None and keys.ConversationRow.decode(raw).closed
+        return raw is not None and ConversationRow.decode(raw).closed
 
     # -- positions -------------------------------------------------------------------------------
     def _open(self, conv: str) -> _Opened | None:
@@ -114,7 +115,7 @@ class Reads:
         snap = self.store.iterator()
         c = conv.encode("utf-8")
         raw = snap.get(keys.conv_key(c))
-        row = keys.ConversationRow.decode(raw) if raw is not None else None
+        row = ConversationRow.decode(raw) if raw is not None else None
         return None if row is None or row.closed else _Opened(snap, c, row)
 
     def _turn_at(self, snap: Snapshot, conv: bytes, turn: int) -> tuple[int, int, int] | None:
@@ -151,7 +152,7 @@ class Reads:
         if opened is None:
             return []
         snap, c, row = opened
-        canonical_of = keys.MessageRow.canonical_of
+        canonical_of = MessageRow.canonical_of
         return [Message.from_stored(canonical_of(v))
                 for _, v in snap.scan(keys.message_key(c, 0), keys.message_key(c, row.messages))]
 
@@ -212,7 +213,7 @@ class Reads:
         return self._turn(snap, c, row.messages, message.turn)
 
     def _visible_message(self, conv: str, message_id_: str, wanted: MessageID | None = None
-                         ) -> tuple[Snapshot, bytes, keys.ConversationRow, keys.MessageRow]:
+                         ) -> tuple[Snapshot, bytes, ConversationRow, MessageRow]:
         """The row of the visible message ``message_id_`` (its receipt names its ordinal);
         ``NotFound`` for an unknown, malformed or hidden one."""
         if wanted is None:
@@ -225,13 +226,13 @@ class Reads:
             raise NotFound(f"conversation {conv!r} has no message {message_id_!r} (unknown or cleared conversation)")
         snap, c, row = opened
         raw = snap.get(keys.receipt_key(c, wanted.append_id.encode("utf-8")))
-        receipt = keys.ReceiptRow.decode(raw) if raw is not None else None
+        receipt = ReceiptRow.decode(raw) if raw is not None else None
         if receipt is None or wanted.index >= receipt.count:
             raise NotFound(f"conversation {conv!r} has no message {message_id_!r} "
                            "(message ids are APPEND_ID/INDEX, as entries() shows them)")
         ord_, seq = receipt.first_ord + wanted.index, receipt.first_seq + wanted.index
         value = snap.get(keys.message_key(c, ord_)) if ord_ < row.messages else None
-        message = keys.MessageRow.decode(value) if value is not None else None
+        message = MessageRow.decode(value) if value is not None else None
         if message is None or message.seq != seq:  # its turn was replaced: another message has the ordinal now
             raise NotFound(f"message {message_id_!r} of {conv!r} is hidden: its turn was replaced "
                            "(entries(..., include_hidden=True) lists it)")
@@ -252,7 +253,7 @@ class Reads:
         assert found is not None and found[0] == turn  # Invariant: a visible message's turn is indexed.
         messages: list[StoredMessage] = []
         for _, value in snap.scan(keys.message_key(conv, found[2]), keys.message_key(conv, count)):
-            row = keys.MessageRow.decode(value)
+            row = MessageRow.decode(value)
             if row.turn != turn:
                 break
             messages.append(_stored(row))
@@ -268,14 +269,14 @@ class Reads:
         snap, c, row = opened
         assistant = keys.ROLE_CODES["assistant"]
         for key, value in snap.scan_reverse(keys.source_key(c, 0), keys.source_key(c, row.messages)):
-            _, _, _, role, flags, _, _ = keys.SourceRow.decode(value)
+            _, _, _, role, flags, _, _ = SourceRow.decode(value)
             if role != assistant:
                 continue
-            if not flags & keys.FLAG_INTERRUPTED:
+            if not flags & FLAG_INTERRUPTED:
                 return None
             message = snap.get(keys.message_key(c, _ord_of(key)))
             assert message is not None  # Invariant: N and M rows are written together.
-            return _stored(keys.MessageRow.decode(message))
+            return _stored(MessageRow.decode(message))
         return None
 
     # -- budgets and measures ----------------------------------------------------------------------
@@ -306,13 +307,13 @@ class Reads:
                      unit: Unit) -> HistoryLoad[StoredMessage]:
         """The byte-budgeted window (``read_within_bytes``, docs/design.md §5.2) in O(window)."""
         rows, truncated = self._budget(conv, max_bytes, after, before, unit, keys.message_key, _message_head)
-        return HistoryLoad([_stored(keys.MessageRow.decode(v)) for v in rows], truncated)
+        return HistoryLoad([_stored(MessageRow.decode(v)) for v in rows], truncated)
 
     def turn_sources(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None,
                      unit: Unit) -> HistoryLoad[TurnSource]:
         """The same window over the narrow turn-source rows: no message row is read."""
         rows, truncated = self._budget(conv, max_bytes, after, before, unit, keys.source_key,
-                                       keys.SourceRow.decode_head)
+                                       SourceRow.decode_head)
         return HistoryLoad([_source(v) for v in rows], truncated)
 
     def _budget(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None, unit: Unit,
@@ -342,8 +343,8 @@ class Reads:
         assert found is not None  # Invariant: ordinal 0 starts a batch, and every visible batch has its A row.
         first, value = found
         k = lo - keys.read_key_u64(first)  # the batch's ordinals are contiguous from its first
-        assert k < keys.AggregateRow.count(value)  # Invariant: the floor batch holds ``lo`` (full.append).
-        content, turns = keys.AggregateRow.at(value, k)
+        assert k < AggregateRow.count(value)  # Invariant: the floor batch holds ``lo`` (full.append).
+        content, turns = AggregateRow.at(value, k)
         return Measure(row.messages - lo, row.content_bytes - content, row.turns - turns)
 
     # -- the message-count window ------------------------------------------------------------------
@@ -361,7 +362,7 @@ class Reads:
         stored (no decoding, no re-validation: what the service sends as it is)."""
         system, suffix = self._window_rows(conv, limit, before)
         head = [merge_system([_message(v) for v in system]).canonical_json()] if system else []
-        return head + [keys.MessageRow.canonical_of(v) for v in suffix]
+        return head + [MessageRow.canonical_of(v) for v in suffix]
 
     # -- reads whose result carries where each message is stored ----------------------------------
     def _window_rows(self, conv: str, limit: int, before: HistoryPosition | None = None
@@ -388,7 +389,7 @@ class Reads:
         turns: list[list[bytes]] = []
         current_turn, total = -1, 0
         for _, value in snap.scan_reverse(keys.message_key(c, 0), keys.message_key(c, end)):
-            turn, role, _ = keys.MessageRow.decode_head(value)
+            turn, role, _ = MessageRow.decode_head(value)
             if role == _SYSTEM:
                 continue
             if turn != current_turn:
@@ -406,7 +407,7 @@ class Reads:
         """``window``'s messages from the same rows, with their stored form (positions, ids)."""
         system, suffix = self._window_rows(conv, limit)
         merged = merge_system([_message(v) for v in system]) if system else None
-        return StoredWindow(merged, [_stored(keys.MessageRow.decode(v)) for v in suffix])
+        return StoredWindow(merged, [_stored(MessageRow.decode(v)) for v in suffix])
 
     def turns(self, conv: str) -> list[HistoryTurn]:
         """Every visible user-led turn in order, each as ``turn()`` builds it, from one scan of
@@ -422,7 +423,7 @@ class Reads:
         groups: list[list[StoredMessage]] = []
         current = -1
         for _, value in snap.scan(keys.message_key(c, first[2]), keys.message_key(c, row.messages)):
-            message = keys.MessageRow.decode(value)
+            message = MessageRow.decode(value)
             if message.turn != current:
                 groups.append([])
                 current = message.turn
@@ -432,7 +433,7 @@ class Reads:
 
 def _message(value: bytes) -> Message:
     """The message of an M row, without decoding the rest of the row."""
-    return Message.from_stored(keys.MessageRow.canonical_of(value))
+    return Message.from_stored(MessageRow.canonical_of(value))
 
 
 def _as_turn(turn: int, messages: list[StoredMessage]) -> HistoryTurn:

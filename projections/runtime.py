@@ -42,6 +42,7 @@ from projections.delivery import Deliveries, Subscription, Ticket
 from projections.erasure import DataKeys
 from projections.events import ClearEvent, ProjectedEvent
 from projections.partitions import Ownership, PartitionState
+from projections.rows import Stats, checkpoint_value, read_checkpoint_stats
 from projections.store import DamagedState, StateStore, Tx
 from schemas.errors import DuplicateProjection, LogUnavailable, ProjectionError, StateUnavailable
 from schemas.positions import LogPosition
@@ -118,7 +119,7 @@ class Projector(Ownership):
         self._waiters: list[list[tuple[int, int, threading.Event]]] = [[] for _ in range(partitions)]
         self._waiter_seq = 0
         self._applied = checkpoints(store, partitions)
-        self._stats = [keys.read_checkpoint_stats(store.get(keys.checkpoint_key(CORE, p))) for p in range(partitions)]
+        self._stats = [read_checkpoint_stats(store.get(keys.checkpoint_key(CORE, p))) for p in range(partitions)]
         self.deliveries = Deliveries()
         self._thread: threading.Thread | None = None
         self._cursor: CursorLike | None = None
@@ -223,9 +224,9 @@ class Projector(Ownership):
                 ptx.commit()
         for p in range(self.partitions):
             if applied[p] != self._applied[p]:
-                tx.put(keys.checkpoint_key(CORE, p), keys.checkpoint_value(applied[p], stats[p]))
+                tx.put(keys.checkpoint_key(CORE, p), checkpoint_value(applied[p], stats[p]))
                 for name in live:
-                    tx.put(keys.checkpoint_key(name, p), keys.checkpoint_value(applied[p]))
+                    tx.put(keys.checkpoint_key(name, p), checkpoint_value(applied[p]))
         cleared = {position.partition for position, _, d in decided if d.outcome is Outcome.CLEARED}
         unseen = erasure.forget_unseen(self.store, tx, cleared, {CORE, *live, *self._registering}) if cleared else []
         tx.commit()
@@ -372,7 +373,7 @@ class Projector(Ownership):
         ptx = ProjectionTx(tx, name, records[-1].partition)
         for r in records:
             deliver = r.offset >= start
-            _, event = admit(admission_tx, keys.Stats(), LogPosition(r.partition, r.offset), r.key, r.value,
+            _, event = admit(admission_tx, Stats(), LogPosition(r.partition, r.offset), r.key, r.value,
                              want_event=deliver, keys_=self.keys)
             if event is not None:
                 cleared |= isinstance(event, ClearEvent)
@@ -385,7 +386,7 @@ class Projector(Ownership):
         last = records[-1]
         if last.offset + 1 > start:
             ptx.commit()
-            tx.put(keys.checkpoint_key(name, last.partition), keys.checkpoint_value(last.offset + 1))
+            tx.put(keys.checkpoint_key(name, last.partition), checkpoint_value(last.offset + 1))
             tx.commit()
         admission_tx.commit()
         return cleared
@@ -453,9 +454,9 @@ class Projector(Ownership):
         with self._cond:
             return list(self._applied)
 
-    def stats(self) -> keys.Stats:
+    def stats(self) -> Stats:
         with self._cond:
-            return keys.Stats.total([self._stats[p] for p in sorted(self._owned)])
+            return Stats.total([self._stats[p] for p in sorted(self._owned)])
 
     def wait_applied(self, position: LogPosition, timeout: float | None) -> bool:
         """Wait until ``position`` has been applied. False on timeout; raises if the projector failed."""

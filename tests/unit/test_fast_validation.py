@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 from pydantic import ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 import schemas.fastpath as fastpath
-from projections import full, keys
+from projections import full
+from projections.rows import ConversationRow
 from schemas import (
     Batch,
     Citation,
@@ -158,7 +159,7 @@ class _Rows:
 
 def _rows(batch: Batch) -> dict[bytes, bytes]:
     tx = _Rows()
-    full.append(tx, b"c-1", keys.ConversationRow(), batch, 0)  # type: ignore[arg-type]
+    full.append(tx, b"c-1", ConversationRow(), batch, 0)  # type: ignore[arg-type]
     return tx.rows
 
 

@@ -23,6 +23,7 @@ from engine.keys import FileKeyStore
 from projections import admission, keys, runtime
 from projections.admission import Decision, Known, Outcome, Own, admit
 from projections.erasure import open_content
+from projections.rows import ConversationRow, Stats
 from projections.store import StateStore
 from schemas.batch import Batch
 from schemas.errors import AppendConflict, PreconditionFailed, TurnNotReplaceable
@@ -88,9 +89,9 @@ def _workload(w: Writer) -> list[Record]:
 
 
 def _run(state: StateStore, records: list[Record], store: FileKeyStore | None,
-         register: bool) -> tuple[list[Decision], keys.Stats, list[tuple[bytes, bytes]]]:
+         register: bool) -> tuple[list[Decision], Stats, list[tuple[bytes, bytes]]]:
     known: Known = {(k, v): own for k, v, own in records if own is not None} if register else {}
-    stats = keys.Stats()
+    stats = Stats()
     decisions = []
     for offset, (k, v, _) in enumerate(records):
         tx = state.tx()
@@ -156,12 +157,12 @@ def test_a_record_one_byte_off_from_the_registered_bytes_takes_the_full_path(
     state = StateStore(tmp_path / "state")
     try:
         tx = state.tx()
-        decision, _ = admit(tx, keys.Stats(), LogPosition(0, 0), k, bytes(changed), known={(k, v): own},
+        decision, _ = admit(tx, Stats(), LogPosition(0, 0), k, bytes(changed), known={(k, v): own},
                             keys_=store)
         assert calls["decode"] == 1
         assert decision.outcome is Outcome.CORRUPT  # poison, as without the registration
         tx = state.tx()
-        assert admit(tx, keys.Stats(), LogPosition(0, 0), k, bytes(changed), keys_=store)[0] == decision
+        assert admit(tx, Stats(), LogPosition(0, 0), k, bytes(changed), keys_=store)[0] == decision
     finally:
         state.close()
 
@@ -174,7 +175,7 @@ def test_an_own_record_whose_key_was_destroyed_meanwhile_is_erased(
     known: Known = {(k, v): own for k, v, own in records if own is not None}
     state = StateStore(tmp_path / "state")
     try:
-        stats = keys.Stats()
+        stats = Stats()
         tx = state.tx()
         assert admit(tx, stats, LogPosition(0, 0), *first[:2], known=known, keys_=key_store)[0].outcome \
             is Outcome.ACCEPTED
@@ -182,12 +183,12 @@ def test_an_own_record_whose_key_was_destroyed_meanwhile_is_erased(
         key_store.destroy("c1")  # a clear elsewhere erased c1 after these were written
         key_store.destroy("c2")
         tx = state.tx()
-        tx.put(keys.conv_key(b"c1"), keys.ConversationRow(closed=True).encode())  # c1's clear was applied
+        tx.put(keys.conv_key(b"c1"), ConversationRow(closed=True).encode())  # c1's clear was applied
         outcomes = [admit(tx, stats, LogPosition(0, i), k, v, known=known, keys_=key_store)[0].outcome
                     for i, (k, v, _) in enumerate(records[1:], start=1)]
         assert outcomes == [Outcome.REJECTED_CLOSED, Outcome.ERASED]
         assert calls["open"] == 0 and stats.erased == 1 and stats.rejected_closed == 1
-        full = [admit(tx, keys.Stats(), LogPosition(0, i), k, v, keys_=key_store)[0].outcome
+        full = [admit(tx, Stats(), LogPosition(0, i), k, v, keys_=key_store)[0].outcome
                 for i, (k, v, _) in enumerate(records[1:], start=1)]
         assert full == outcomes
     finally:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from engine import HistoryEngine
 from projections import keys
+from projections.rows import Stats, read_checkpoint_stats
 from schemas.batch import Batch, StoredMessage
 from schemas.events import BatchAppended, encode_event
 from schemas.messages import Message
@@ -104,4 +105,4 @@ def test_counters_live_in_the_checkpoint_row_and_survive_a_reopen(tmp_path: Path
         assert (got.accepted, got.duplicates, got.conflicts, got.corrupt) == (1, 1, 1, 1)
         raw = eng._store.get(keys.checkpoint_key("core", 0))
         assert raw is not None and keys.read_u64(raw) == 4
-        assert keys.read_checkpoint_stats(raw) == keys.Stats(accepted=1, duplicates=1, conflicts=1, corrupt=1)
+        assert read_checkpoint_stats(raw) == Stats(accepted=1, duplicates=1, conflicts=1, corrupt=1)

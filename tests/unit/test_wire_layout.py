@@ -7,6 +7,7 @@ import pytest
 
 from projections import keys
 from projections.custom import keyspace
+from projections.rows import AggregateRow, ConversationRow, Stats, checkpoint_value, read_checkpoint_stats
 from schemas.records import KEY_SEPARATOR, partition_for_key, record_key, record_key_bytes
 
 # Kafka's own test vectors for murmur2 (UtilsTest.testMurmur2, as Java ints).
@@ -66,25 +67,25 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.read_poison_key(keys.poison_key(2, 9)) == (2, 9)
     assert keys.meta_key("format") == keys.FORMAT_KEY == b"mformat"
     assert keys.IDENTITY_KEY == b"midentity"
-    assert keys.checkpoint_value(7) == (7).to_bytes(8, "big")
-    stats = keys.Stats(1, 2, 3, 4, 5, 6, 7, 8, 9)
-    assert keys.checkpoint_value(7, stats) == b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7, 8, 9))
-    assert keys.read_checkpoint_stats(keys.checkpoint_value(7, stats)) == stats
+    assert checkpoint_value(7) == (7).to_bytes(8, "big")
+    stats = Stats(1, 2, 3, 4, 5, 6, 7, 8, 9)
+    assert checkpoint_value(7, stats) == b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7, 8, 9))
+    assert read_checkpoint_stats(checkpoint_value(7, stats)) == stats
     # A row written before cleared/erased were counted (7 counters) still reads, with those at 0.
     old_row = b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7))
-    assert keys.read_checkpoint_stats(old_row) == keys.Stats(1, 2, 3, 4, 5, 6, 7, 0, 0)
+    assert read_checkpoint_stats(old_row) == Stats(1, 2, 3, 4, 5, 6, 7, 0, 0)
     assert keys.erasing_key(c) == b"Econv"
     kid = "0123456789abcdef0123456789abcdef"
     assert keys.key_id_key(c, kid) == b"Kconv\x1f" + kid.encode()
     assert keys.read_key_id_key(keys.key_id_key(c, kid)) == (c, kid)
     assert keys.key_id_range(c) == (b"Kconv\x1f", b"Kconv\x20")
     assert (keys.ERASE_COMPACT, keys.ERASE_KEYS_ONLY) == (b"", b"k")
-    assert keys.read_checkpoint_stats(None) == keys.read_checkpoint_stats(keys.checkpoint_value(7)) == keys.Stats()
+    assert read_checkpoint_stats(None) == read_checkpoint_stats(checkpoint_value(7)) == Stats()
     m, n, s = keys.message_keys(c)
     assert (m + ord8, n + ord8, s + ord8) == (keys.message_key(c, 3), keys.source_key(c, 3), keys.system_key(c, 3))
-    assert keys.AggregateRow.pack([1, 2, 3, 4]) == b"".join(n.to_bytes(8, "big") for n in (1, 2, 3, 4))
-    assert keys.AggregateRow.at(keys.AggregateRow.pack([1, 2, 3, 4]), 1) == (3, 4)
-    assert keys.AggregateRow.count(keys.AggregateRow.pack([1, 2, 3, 4])) == 2
+    assert AggregateRow.pack([1, 2, 3, 4]) == b"".join(n.to_bytes(8, "big") for n in (1, 2, 3, 4))
+    assert AggregateRow.at(AggregateRow.pack([1, 2, 3, 4]), 1) == (3, 4)
+    assert AggregateRow.count(AggregateRow.pack([1, 2, 3, 4])) == 2
     assert keys.read_checkpoint_key(keys.checkpoint_key("core", 2)) == ("core", 2)
     ms = (1234).to_bytes(8, "big")
     assert keys.time_key(c, 1234, 3) == b"Wconv\x1f" + ms + ord8
@@ -92,11 +93,11 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.external_text("tg\x01/1") == b'"tg\\u0001/1"'  # control characters escaped: 1F ends it
     assert keys.external_key(c, b'"x"', 3) == b'Xconv\x1f"x"\x1f' + ord8
     assert keys.open_key(c) == b"Oconv" and keys.read_open_key(b"Oconv") == c
-    row = keys.ConversationRow(False, 5, 2, 2, 4, 99, "a-2", 1234, kid)
+    row = ConversationRow(False, 5, 2, 2, 4, 99, "a-2", 1234, kid)
     assert row.encode() == (b"\x00" + b"".join(n.to_bytes(8, "big") for n in (5, 2, 2, 4, 99, 1234)) + b"\x20"
                             + kid.encode() + b"a-2")
-    assert keys.ConversationRow.decode(row.encode()) == row
-    assert keys.ConversationRow.decode(keys.ConversationRow(closed=True).encode()) == keys.ConversationRow(closed=True)
+    assert ConversationRow.decode(row.encode()) == row
+    assert ConversationRow.decode(ConversationRow(closed=True).encode()) == ConversationRow(closed=True)
 
 
 def test_ranges_keep_their_bounds() -> None:
