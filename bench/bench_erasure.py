@@ -72,7 +72,8 @@ from engine.keys.pool import BATCH
 from engine.log.base import record_key
 from engine.log.file import FileLog
 from schemas.canonical import digest_of
-from schemas.events import BatchAppended, TurnReplaced, decode_event, encode_event, open_event, seal_event
+from schemas.event_content import open_event, seal_event
+from schemas.events import BatchAppended, TurnReplaced, decode_event, encode_event
 
 __all__ = ["Sizes", "markdown", "report", "run"]
 

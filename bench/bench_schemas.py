@@ -28,7 +28,8 @@ from typing import Any
 from bench.common import best_us
 from schemas import Batch, Message, RawJSON, ToolCallPart, ToolOutput, ToolResultPart
 from schemas.canonical import digest_of
-from schemas.events import BatchAppended, decode_event, encode_event, event_batch
+from schemas.event_content import event_batch
+from schemas.events import BatchAppended, decode_event, encode_event
 
 TARGET_US = 5.0
 

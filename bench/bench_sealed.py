@@ -43,7 +43,8 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from bench.common import best_us
 from engine.keys import FileKeyStore
 from schemas import Batch, Message
-from schemas.events import BatchAppended, decode_event, encode_event, event_batch
+from schemas.event_content import event_batch
+from schemas.events import BatchAppended, decode_event, encode_event
 from schemas.sealed import DERIVED_KEYS, DataKey, Sealed, open_sealed, seal
 
 _ROOT = Path(__file__).resolve().parents[1]

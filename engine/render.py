@@ -18,7 +18,8 @@ from engine.keys.base import KeyStore
 from engine.log.base import Record
 from schemas.batch import StoredMessage
 from schemas.errors import CorruptLog, HistoryError, KeyErased, KeyStoreDamaged
-from schemas.events import BatchAppended, ConversationCleared, Event, TurnReplaced, decode_event, open_event
+from schemas.event_content import open_event
+from schemas.events import BatchAppended, ConversationCleared, Event, TurnReplaced, decode_event
 from schemas.messages import MediaPart, Message, Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from schemas.times import MAX_TIME_MS, MIN_TIME_MS, iso_time, time_of
 

@@ -26,7 +26,8 @@ from projections.runtime import Projector
 from projections.store import StateStore
 from schemas.batch import Batch, Receipt
 from schemas.errors import CommitUnconfirmed, CorruptLog, InvalidBatch, KeyErased, LogUnavailable, StateUnavailable
-from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event, seal_event
+from schemas.event_content import seal_event
+from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event
 from schemas.ids import ConversationID
 from schemas.messages import starts_turn
 from schemas.positions import LogPosition

@@ -3,11 +3,11 @@
 Applied to each record in log order, per partition, deterministically, so every instance that
 consumes the same log reaches the same decisions:
 
-* a value that is not a valid event (``decode_event`` and ``event_batch`` in ``schemas/events.py``
-  are the one home of that rule: undecodable, unknown schema, any field out of its range, a
-  digest that does not match the stored bytes, bytes that are not the canonical JSON of valid
-  messages...) or a key that does not match the event → **corrupt** (a poison record: counted,
-  quarantined with its position, skipped);
+* a value that is not a valid event (``decode_event`` in ``schemas/events.py`` and ``event_batch``
+  in ``schemas/event_content.py`` are the one home of that rule: undecodable, unknown schema, any
+  field out of its range, a digest that does not match the stored bytes, bytes that are not the
+  canonical JSON of valid messages...) or a key that does not match the event → **corrupt** (a
+  poison record: counted, quarantined with its position, skipped);
 * ``BatchAppended(c, a, d)``: ``c`` closed → **rejected_closed**; a receipt for ``(c, a)``
   exists → same digest: **duplicate** (the original receipt), other digest: **conflict**;
   else **accepted** (receipt evidence stored, message sequence numbers assigned by the full
@@ -46,7 +46,8 @@ from projections.rows import ConversationRow, ReceiptRow, SourceRow, Stats
 from projections.store import Tx
 from schemas.batch import Batch, Receipt
 from schemas.errors import CorruptLog, KeyErased
-from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, decode_event, event_batch
+from schemas.event_content import event_batch
+from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, decode_event
 from schemas.ids import AppendID, ConversationID, MessageID
 from schemas.positions import LogPosition
 from schemas.records import record_key_bytes

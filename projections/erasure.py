@@ -40,7 +40,8 @@ from typing import Protocol
 from projections import keys
 from projections.store import StateStore, Tx
 from schemas.errors import KeyStoreDamaged
-from schemas.events import BatchAppended, TurnReplaced, open_event
+from schemas.event_content import open_event
+from schemas.events import BatchAppended, TurnReplaced
 from schemas.sealed import DataKey
 
 __all__ = ["DataKeys", "complete", "forget_unseen", "open_content", "pending"]
@@ -57,7 +58,7 @@ class DataKeys(Protocol):
 
 
 def open_content(event: BatchAppended | TurnReplaced, keys_: DataKeys | None) -> BatchAppended | TurnReplaced:
-    """``event`` opened (``schemas.events.open_event``) under its conversation's key from ``keys_``."""
+    """``event`` opened (``schemas.event_content.open_event``) under its conversation's key from ``keys_``."""
     sealed = event.sealed
     if sealed is None:
         return event

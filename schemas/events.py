@@ -19,16 +19,16 @@ Promises:
   representable time (``MIN_TIME_MS``..``MAX_TIME_MS``), ``expected_last`` null, ``""`` or an
   append id, ``old_turn_id`` a turn id (``append-id/index``), ``reason`` ``edit`` or ``retry``
   (the time range is defined once, in ``schemas/times.py``).
-  ``event_batch`` checks the ``messages`` bytes of a decoded event against its digest, count and
-  sizes. Together they decide, from the record's bytes alone, whether it is poison, so every
+  ``schemas.event_content.event_batch`` checks the ``messages`` bytes of a decoded event against
+  its digest, count and sizes. Together they decide, from the record's bytes alone, whether it is poison, so every
   value that reaches the projections fits their fixed-width rows.
 * **Sealed content** (docs/events.md "Sealed content"): ``BatchAppended`` v3 and ``TurnReplaced``
   v2 carry either the plain form (``digest`` + ``messages``) or ``sealed`` (AES-256-GCM under the
   conversation's data key, ``schemas.sealed``) with ``digest`` ``""`` and no ``messages``; a
   sealed record is written with the current schemas, a plain one with the plain schemas of
   every release before sealing (byte for byte what they wrote, so their readers still read
-  it). ``seal_event`` / ``open_event`` are the one place content is sealed and opened; the
-  codec never sees a key store.
+  it). ``schemas.event_content`` (``seal_event`` / ``open_event``) is the one place content is
+  sealed and opened; the codec never sees a key store.
 * Writers refuse an unrepresentable time before any I/O: ``BatchAppended.of``,
   ``TurnReplaced.of`` and ``encode_event`` raise ``InvalidConfiguration``.
 * ``encode_event`` is deterministic: equal events give equal bytes (pinned by golden tests;
@@ -58,8 +58,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from fastavro import parse_schema, schemaless_reader
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from schemas.canonical import digest_of
-from schemas.errors import CorruptLog, HistoryError, InvalidBatch
+from schemas.errors import CorruptLog, InvalidBatch
 from schemas.event_body import (
     BATCH_FIELDS,
     CLEARED_FIELDS,
@@ -81,12 +80,11 @@ from schemas.event_rules import (
     check_replaced_record,
     turn_id_problem,
 )
-from schemas.sealed import SEALED_BATCH, SEALED_REPLACED, DataKey, Sealed, open_sealed, seal
+from schemas.sealed import Sealed
 from schemas.times import check_time_ms
 
 if TYPE_CHECKING:  # pragma: no cover
     from schemas.batch import Batch
-    from schemas.messages import Message
 
 __all__ = [
     "BATCH_APPENDED_FINGERPRINT",
@@ -106,12 +104,9 @@ __all__ = [
     "current_schema",
     "decode_event",
     "encode_event",
-    "event_batch",
     "fingerprint_of",
-    "open_event",
     "register_writer_schema",
     "schema_fingerprint",
-    "seal_event",
 ]
 
 MAGIC: Final = b"\xc3\x01"
@@ -522,107 +517,3 @@ def decode_event(data: bytes) -> Event:
         raise _corrupt(f"invalid {exc}"[:300], f"as {writer.name}") from None
     except Exception as exc:  # fastavro, EOF, struct, unicode and resolution errors alike
         raise _corrupt(f"undecodable body: {type(exc).__name__}: {exc}"[:200], f"as {writer.name}") from exc
-
-
-_READERS: list[Any] = []
-
-
-def _batch_readers() -> tuple[Callable[[str, str, bytes], Batch], Callable[..., Batch | None]]:
-    """``Batch.from_canonical`` and ``fastpath.fast_batch``, imported on first use (the codec
-    itself needs no message model), then kept: an import statement per record costs ~1 us."""
-    if not _READERS:
-        from schemas.batch import Batch
-        from schemas.fastpath import fast_batch
-
-        _READERS[:] = [Batch.from_canonical, fast_batch]
-    return _READERS[0], _READERS[1]
-
-
-def _starts_turn(message: Message) -> bool:
-    """``schemas.messages.starts_turn`` (imported on use: only replacements ask, and the codec
-    itself needs no message model)."""
-    from schemas.messages import starts_turn
-
-    return starts_turn(message)
-
-
-def _record_of(event: BatchAppended | TurnReplaced) -> str:
-    return SEALED_BATCH if isinstance(event, BatchAppended) else SEALED_REPLACED
-
-
-def seal_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppended | TurnReplaced:
-    """The sealed form of a plain event: its content (``messages``) encrypted under ``key`` for this
-    record (``schemas.sealed.seal``), ``digest`` and ``messages`` emptied. The one place content
-    is sealed."""
-    assert event.sealed is None  # Invariant: writers seal the plain event they built, once.
-    sealed = seal(key, event.messages, conversation_id=event.conversation_id, append_id=event.append_id,
-                  record=_record_of(event))
-    if isinstance(event, BatchAppended):
-        return BatchAppended(event.conversation_id, event.append_id, "", b"", event.message_count,
-                             event.content_bytes, event.created_at_ms, event.expected_last, sealed)
-    return TurnReplaced(event.conversation_id, event.append_id, "", b"", event.message_count, event.content_bytes,
-                        event.created_at_ms, event.old_turn_id, event.reason, sealed)
-
-
-def open_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppended | TurnReplaced:
-    """The plain form of a sealed event, opened under ``key`` (its ``sealed.key_id``'s data key):
-    ``messages`` the decrypted content and ``digest`` its ``sha256:`` (computed here, in memory
-    only: admission compares content by it, every instance alike, whichever key sealed it).
-    ``DecryptionFailed`` (a ``CorruptLog``: poison) when it does not open. A plain event is
-    returned as it is."""
-    sealed = event.sealed
-    if sealed is None:
-        return event
-    content = open_sealed(key, sealed, conversation_id=event.conversation_id, append_id=event.append_id,
-                          record=_record_of(event))
-    if isinstance(event, BatchAppended):
-        return BatchAppended(event.conversation_id, event.append_id, digest_of(content), content,
-                             event.message_count, event.content_bytes, event.created_at_ms, event.expected_last)
-    return TurnReplaced(event.conversation_id, event.append_id, digest_of(content), content, event.message_count,
-                        event.content_bytes, event.created_at_ms, event.old_turn_id, event.reason)
-
-
-def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None, *, fast: bool = True,
-                opened: bool = False) -> Batch:
-    """The batch a decoded event carries, checked: ``CorruptLog`` unless ``messages`` has the
-    event's digest and is the canonical JSON of valid messages whose count and content bytes are
-    the event's, and a replacement turn starts with its user message.
-
-    ``known`` is a batch this process wrote under the same record key and digest: when its
-    canonical bytes are the event's it is returned without parsing (its digest is then the
-    event's by construction). Otherwise the messages are validated in full, never skipped for a
-    matching digest (the digest is public): by ``schemas.fastpath`` for the common shapes, which
-    accepts exactly what the full model accepts and builds the same batch, else (and always
-    with ``fast=False``, the differential tests' reference) by ``Batch.from_canonical``, which
-    also gives the reason of a rejection. A sealed event is opened first (``open_event``).
-
-    ``opened=True`` says ``event`` is ``open_event``'s result, whose ``digest`` was computed here
-    from its ``messages`` (not read from a record): the fast path takes it instead of hashing
-    the same bytes again. Never pass it for a decoded plain event, whose digest is a claim.
-    """
-    assert event.sealed is None  # Invariant: callers open a sealed event before reading its batch.
-    from_canonical, fast_batch = _batch_readers()
-    if known is not None and known.canonical_json() == event.messages:
-        batch = known
-    else:
-        found = (fast_batch(event.conversation_id, event.append_id, event.messages, event.digest if opened else None)
-                 if fast else None)
-        # The digest is checked first on both paths (so both give the same reason); the fast
-        # batch's digest is digest_of(messages) already, computed once.
-        if (found.digest if found is not None else digest_of(event.messages)) != event.digest:
-            raise CorruptLog("event messages do not match its digest", reason="digest mismatch")
-        if found is not None:
-            batch = found
-        else:
-            try:
-                batch = from_canonical(event.conversation_id, event.append_id, event.messages)
-            except HistoryError as e:
-                reason = f"messages are not canonical valid messages: {e}"[:300]
-                raise CorruptLog(reason, reason=reason) from None
-    if len(batch) != event.message_count or batch.content_bytes() != event.content_bytes:
-        reason = "message_count or content_bytes does not match the messages"
-        raise CorruptLog(reason, reason=reason)
-    if isinstance(event, TurnReplaced) and not _starts_turn(batch.messages[0]):
-        reason = "a replacement turn must start with its user message (not internal feedback)"
-        raise CorruptLog(reason, reason=reason)
-    return batch

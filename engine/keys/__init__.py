@@ -11,7 +11,7 @@ How the engine uses them (docs/erasure.md):
 1. ``HistoryEngine.open`` builds the store beside the log (``FileKeyStore(path / "keys")`` or
    ``KafkaKeyStore(bootstrap, topic + ".keys")``) with ``master_key_from(master_key_file)``.
 2. Writes (``engine.writes``): ``key = store.create(c)`` (``KeyErased``: the conversation is
-   closed), then ``schemas.events.seal_event``.
+   closed), then ``schemas.event_content.seal_event``.
 3. The projector (``projections.erasure.open_content``) opens sealed content with
    ``store.get(c, key_id)``: ``KeyErased`` -> the record is erased, ``DecryptionFailed`` -> poison.
 4. ``clear``: after the step that closes the conversation, ``projections.erasure.complete`` calls

@@ -20,7 +20,8 @@ from engine.keys import KeyStore
 from engine.keys.record import encode_record
 from engine.keys.record import record_key as key_record_key
 from schemas import Batch, ConversationClosed, LogPosition, Message, ToolCallPart, ToolOutput, ToolResultPart
-from schemas.events import BatchAppended, Event, decode_event, encode_event, seal_event
+from schemas.event_content import seal_event
+from schemas.events import BatchAppended, Event, decode_event, encode_event
 from schemas.records import partition_for_key, read_record_conv, record_key
 from schemas.sealed import DataKey
 from schemas.times import now_ms

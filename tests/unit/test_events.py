@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schemas.errors import CorruptLog, HistoryError, InvalidConfiguration
+from schemas.event_content import event_batch, open_event
 from schemas.events import (
     BATCH_APPENDED_FINGERPRINT,
     BATCH_APPENDED_V1_FINGERPRINT,
@@ -36,9 +37,7 @@ from schemas.events import (
     current_schema,
     decode_event,
     encode_event,
-    event_batch,
     fingerprint_of,
-    open_event,
     register_writer_schema,
     schema_fingerprint,
 )

@@ -46,7 +46,8 @@ from schemas import (
 )
 from schemas.canonical import EMPTY_METADATA, MAX_DEPTH, FrozenDict, _dump_checked, digest_of, loads_exact
 from schemas.errors import CorruptLog
-from schemas.events import BatchAppended, TurnReplaced, event_batch
+from schemas.event_content import event_batch
+from schemas.events import BatchAppended, TurnReplaced
 from schemas.ids import AppendID, ConversationID
 from schemas.messages import ALLOWED_KINDS, Role
 from schemas.model import STORED, Model

@@ -26,7 +26,8 @@ from projections.store import StateStore
 from schemas.batch import Batch
 from schemas.canonical import digest_of
 from schemas.errors import ConversationClosed, StateUnavailable
-from schemas.events import BatchAppended, encode_event, seal_event
+from schemas.event_content import seal_event
+from schemas.events import BatchAppended, encode_event
 from schemas.messages import Message
 from schemas.records import record_key
 from schemas.sealed import DataKey

@@ -27,14 +27,8 @@ from projections.rows import ConversationRow, Stats
 from projections.store import StateStore
 from schemas.batch import Batch
 from schemas.errors import AppendConflict, PreconditionFailed, TurnNotReplaceable
-from schemas.events import (
-    BatchAppended,
-    ConversationCleared,
-    TurnReplaced,
-    decode_event,
-    encode_event,
-    seal_event,
-)
+from schemas.event_content import seal_event
+from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, decode_event, encode_event
 from schemas.messages import Message
 from schemas.positions import LogPosition
 from schemas.records import record_key

@@ -1,0 +1,125 @@
+"""An event's content: sealed and opened (``seal_event`` / ``open_event``, the one place content is
+sealed and opened, over ``schemas.sealed``) and checked into the batch it carries
+(``event_batch``: the digest, count, sizes and messages of a decoded event, exactly, by the fast
+path or the full model). The events and their codec are ``schemas.events``, which never sees a key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from schemas.canonical import digest_of
+from schemas.errors import CorruptLog, HistoryError
+from schemas.events import BatchAppended, TurnReplaced
+from schemas.sealed import SEALED_BATCH, SEALED_REPLACED, DataKey, open_sealed, seal
+
+if TYPE_CHECKING:
+    from schemas.batch import Batch
+    from schemas.messages import Message
+
+__all__ = ["event_batch", "open_event", "seal_event"]
+
+
+_READERS: list[Any] = []
+
+
+def _batch_readers() -> tuple[Callable[[str, str, bytes], Batch], Callable[..., Batch | None]]:
+    """``Batch.from_canonical`` and ``fastpath.fast_batch``, imported on first use (the codec
+    itself needs no message model), then kept: an import statement per record costs ~1 us."""
+    if not _READERS:
+        from schemas.batch import Batch
+        from schemas.fastpath import fast_batch
+
+        _READERS[:] = [Batch.from_canonical, fast_batch]
+    return _READERS[0], _READERS[1]
+
+
+def _starts_turn(message: Message) -> bool:
+    """``schemas.messages.starts_turn`` (imported on use: only replacements ask, and the codec
+    itself needs no message model)."""
+    from schemas.messages import starts_turn
+
+    return starts_turn(message)
+
+
+def _record_of(event: BatchAppended | TurnReplaced) -> str:
+    return SEALED_BATCH if isinstance(event, BatchAppended) else SEALED_REPLACED
+
+
+def seal_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppended | TurnReplaced:
+    """The sealed form of a plain event: its content (``messages``) encrypted under ``key`` for this
+    record (``schemas.sealed.seal``), ``digest`` and ``messages`` emptied. The one place content
+    is sealed."""
+    assert event.sealed is None  # Invariant: writers seal the plain event they built, once.
+    sealed = seal(key, event.messages, conversation_id=event.conversation_id, append_id=event.append_id,
+                  record=_record_of(event))
+    if isinstance(event, BatchAppended):
+        return BatchAppended(event.conversation_id, event.append_id, "", b"", event.message_count,
+                             event.content_bytes, event.created_at_ms, event.expected_last, sealed)
+    return TurnReplaced(event.conversation_id, event.append_id, "", b"", event.message_count, event.content_bytes,
+                        event.created_at_ms, event.old_turn_id, event.reason, sealed)
+
+
+def open_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppended | TurnReplaced:
+    """The plain form of a sealed event, opened under ``key`` (its ``sealed.key_id``'s data key):
+    ``messages`` the decrypted content and ``digest`` its ``sha256:`` (computed here, in memory
+    only: admission compares content by it, every instance alike, whichever key sealed it).
+    ``DecryptionFailed`` (a ``CorruptLog``: poison) when it does not open. A plain event is
+    returned as it is."""
+    sealed = event.sealed
+    if sealed is None:
+        return event
+    content = open_sealed(key, sealed, conversation_id=event.conversation_id, append_id=event.append_id,
+                          record=_record_of(event))
+    if isinstance(event, BatchAppended):
+        return BatchAppended(event.conversation_id, event.append_id, digest_of(content), content,
+                             event.message_count, event.content_bytes, event.created_at_ms, event.expected_last)
+    return TurnReplaced(event.conversation_id, event.append_id, digest_of(content), content, event.message_count,
+                        event.content_bytes, event.created_at_ms, event.old_turn_id, event.reason)
+
+
+def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None, *, fast: bool = True,
+                opened: bool = False) -> Batch:
+    """The batch a decoded event carries, checked: ``CorruptLog`` unless ``messages`` has the
+    event's digest and is the canonical JSON of valid messages whose count and content bytes are
+    the event's, and a replacement turn starts with its user message.
+
+    ``known`` is a batch this process wrote under the same record key and digest: when its
+    canonical bytes are the event's it is returned without parsing (its digest is then the
+    event's by construction). Otherwise the messages are validated in full, never skipped for a
+    matching digest (the digest is public): by ``schemas.fastpath`` for the common shapes, which
+    accepts exactly what the full model accepts and builds the same batch, else (and always
+    with ``fast=False``, the differential tests' reference) by ``Batch.from_canonical``, which
+    also gives the reason of a rejection. A sealed event is opened first (``open_event``).
+
+    ``opened=True`` says ``event`` is ``open_event``'s result, whose ``digest`` was computed here
+    from its ``messages`` (not read from a record): the fast path takes it instead of hashing
+    the same bytes again. Never pass it for a decoded plain event, whose digest is a claim.
+    """
+    assert event.sealed is None  # Invariant: callers open a sealed event before reading its batch.
+    from_canonical, fast_batch = _batch_readers()
+    if known is not None and known.canonical_json() == event.messages:
+        batch = known
+    else:
+        found = (fast_batch(event.conversation_id, event.append_id, event.messages, event.digest if opened else None)
+                 if fast else None)
+        # The digest is checked first on both paths (so both give the same reason); the fast
+        # batch's digest is digest_of(messages) already, computed once.
+        if (found.digest if found is not None else digest_of(event.messages)) != event.digest:
+            raise CorruptLog("event messages do not match its digest", reason="digest mismatch")
+        if found is not None:
+            batch = found
+        else:
+            try:
+                batch = from_canonical(event.conversation_id, event.append_id, event.messages)
+            except HistoryError as e:
+                reason = f"messages are not canonical valid messages: {e}"[:300]
+                raise CorruptLog(reason, reason=reason) from None
+    if len(batch) != event.message_count or batch.content_bytes() != event.content_bytes:
+        reason = "message_count or content_bytes does not match the messages"
+        raise CorruptLog(reason, reason=reason)
+    if isinstance(event, TurnReplaced) and not _starts_turn(batch.messages[0]):
+        reason = "a replacement turn must start with its user message (not internal feedback)"
+        raise CorruptLog(reason, reason=reason)
+    return batch
