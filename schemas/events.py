@@ -1,6 +1,7 @@
-"""The log's event records and their codec: Avro single-object encoding (about 620 lines: the
+"""The log's event records and their codec: Avro single-object encoding (about 520 lines: the
 events, their plain and sealed forms and their codec are one wire format, kept in one module;
-the field rules live in ``schemas.event_rules``, the cipher in ``schemas.sealed``).
+the field rules live in ``schemas.event_rules``, the cipher in ``schemas.sealed``, sealing,
+opening and checking an event's content in ``schemas.event_content``).
 
 Every log value is one event framed as Avro *single-object encoding*::
 
