@@ -228,3 +228,22 @@ def test_a_foreign_record_is_damage(kafka_bootstrap: str, keys_topic: str) -> No
         producer.close()
     with pytest.raises(KeyStoreDamaged, match="something else writes"):
         KafkaKeyStore(kafka_bootstrap, keys_topic, timeout_ms=15_000)
+
+
+def test_opening_a_store_larger_than_its_timeout_reads_it_all(kafka_bootstrap: str, keys_topic: str) -> None:
+    """The open's read of the topic fails on a stall, not on its length: 100,000 keys take ~2 s
+    to read here, twice the 1 s timeout that used to bound the whole read (a store of about 1.4
+    million conversations then never opened with the default 30 s)."""
+    with stores(kafka_bootstrap, keys_topic, 1):
+        pass  # creates the topic
+    made = DataKey.generate_many(100_000)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=20, batch_size=1 << 20)
+    try:
+        for key in made:
+            producer.send(keys_topic, key=record_key("", key.key_id), value=encode_record("", key), partition=0)
+        producer.flush(timeout=60)
+    finally:
+        producer.close()
+    with KafkaKeyStore(kafka_bootstrap, keys_topic, timeout_ms=1_000) as store:
+        assert len(store.list_keys()) == len(made)
+        assert store.get("anyone", made[-1].key_id) == made[-1]
