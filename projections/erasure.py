@@ -29,12 +29,14 @@ cleanup that makes ``clear`` forget.
 
 Cost of a clear: one key destroy (a bucket rewrite and two fsyncs, or one Kafka round trip), one
 scan of its ``K`` rows, one memtable flush and a compaction of the files that overlap the
-conversation's ranges (no flush nor compaction for one that had no rows).
+conversation's ranges (no flush nor compaction for one that had no rows). ``complete`` is
+``destroy_keys`` then ``finish``: the projector runs the first in the step and the second, the
+slow one, on its eraser (``projections.eraser``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from projections import keys
@@ -44,7 +46,7 @@ from schemas.event_content import open_event
 from schemas.events import BatchAppended, TurnReplaced
 from schemas.sealed import DataKey
 
-__all__ = ["DataKeys", "complete", "forget_unseen", "open_content", "pending"]
+__all__ = ["DataKeys", "complete", "destroy_keys", "finish", "forget_unseen", "open_content", "pending"]
 
 
 class DataKeys(Protocol):
@@ -77,25 +79,43 @@ def pending(store: StateStore) -> list[bytes]:
 def complete(store: StateStore, keys_: DataKeys | None, convs: Sequence[bytes],
              extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
     """Finish the erasure of ``convs`` (already closed, their rows deleted): see the module
-    docstring. Raises what the key store or RocksDB raised; the ``E`` and ``K`` rows then stay."""
+    docstring (``destroy_keys``, then ``finish``). Raises what the key store or RocksDB raised;
+    the ``E`` and ``K`` rows then stay."""
+    finish(store, convs, destroy_keys(store, keys_, convs), extra)
+
+
+def destroy_keys(store: StateStore, keys_: DataKeys | None, convs: Sequence[bytes]) -> dict[bytes, list[str]]:
+    """The first half of ``complete``: destroy each conversation's keys, its own and every one its
+    ``K`` rows name, and return those key ids (``finish`` deletes their rows). Run between steps
+    (the projector's step lock): once it returns, the key store answers ``KeyErased`` for the
+    conversation, so no later step opens its content or writes a ``K`` row of it."""
     snap = store.iterator()
     used = {conv: [keys.read_key_id_key(k)[1] for k, _ in snap.scan(*keys.key_id_range(conv))] for conv in convs}
     if keys_ is not None:
         for conv in convs:
             keys_.destroy(conv.decode("utf-8"), used[conv])
+    return used
+
+
+def finish(store: StateStore, convs: Sequence[bytes], used: Mapping[bytes, Sequence[str]],
+           extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    """The second half of ``complete``, after ``destroy_keys`` (``used``: what it returned):
+    compact the files of the conversations that had rows, then delete their ``E`` and ``K`` rows
+    in one WriteBatch. It may run beside later steps (``projections.eraser``): they write no row of a
+    cleared conversation, and the ``E`` row stays until this is done."""
     marks = {conv: store.get(keys.erasing_key(conv)) for conv in convs}
     # Only a conversation that had rows has files to clean (its E row says so): a replay that meets
     # a clear after its records were erased (their keys destroyed) compacts nothing.
     dirty = [conv for conv, mark in marks.items() if mark == keys.ERASE_COMPACT]
     if dirty:
-        store.compact([*(r for conv in dirty for r in keys.erasure_ranges(conv)), *extra])
-    done = [conv for conv, mark in marks.items() if mark is not None or used[conv]]
+        store.compact(list(dict.fromkeys([*(r for conv in dirty for r in keys.erasure_ranges(conv)), *extra])))
+    done = [conv for conv, mark in marks.items() if mark is not None or used.get(conv)]
     if not done:
         return
     tx = store.tx()
     for conv in done:
         tx.delete(keys.erasing_key(conv))
-        for k in used[conv]:
+        for k in used.get(conv, ()):
             tx.delete(keys.key_id_key(conv, k))
     tx.commit()
 

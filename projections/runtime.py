@@ -8,6 +8,10 @@ wake the readers waiting on those positions, hand each writer's ticket its decis
 subscription the step's accepted events (``projections.delivery``). A waiter checks under the
 same lock the projector publishes under, so no wake-up is lost.
 
+A step that applies clears destroys their keys, then hands their compaction to the eraser
+(``projections.eraser``), which publishes their decisions, and the positions from theirs on
+(``projections.waiting``), once it is done; the step's other decisions are published at once.
+
 Poison records are decided as ``corrupt`` by admission: counted, quarantined, skipped; the
 checkpoint moves past them, so they never cause a crash loop. A failure of the state store
 itself stops the projector (``failure``): waiters are woken and get the error.
@@ -27,7 +31,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import heapq
+import itertools
 import logging
 import tempfile
 import threading
@@ -39,14 +43,16 @@ from projections import erasure, keys
 from projections.admission import Decision, Known, Outcome, Own, admit
 from projections.custom import Projection, ProjectionTx, check_name, keyspace
 from projections.delivery import Deliveries, Subscription, Ticket
+from projections.eraser import Eraser, incomplete
 from projections.erasure import DataKeys
 from projections.events import ClearEvent, ProjectedEvent
 from projections.partitions import Ownership, PartitionState
 from projections.rows import Stats, checkpoint_value, read_checkpoint_stats
 from projections.store import DamagedState, StateStore, Tx
+from projections.waiting import Positions
 from schemas.errors import DuplicateProjection, LogUnavailable, ProjectionError, StateUnavailable
 from schemas.positions import LogPosition
-from schemas.records import read_record_conv
+from schemas.records import KEY_SEPARATOR, read_record_conv
 
 __all__ = ["CORE", "CursorLike", "PartitionState", "Projector", "RecordLike", "checkpoints", "scratch_prefix"]
 
@@ -96,7 +102,7 @@ ReadFn = Callable[[int, int, int], Sequence[RecordLike]]
 ProgressFn = Callable[[int, int], None]
 
 
-class Projector(Ownership):
+class Projector(Ownership, Positions):
     """Applies log records to a ``StateStore``; thread-safe to wait on and to read stats from."""
 
     def __init__(self, store: StateStore, partitions: int, owned: Iterable[int] | None = None,
@@ -121,6 +127,9 @@ class Projector(Ownership):
         self._applied = checkpoints(store, partitions)
         self._stats = [read_checkpoint_stats(store.get(keys.checkpoint_key(CORE, p))) for p in range(partitions)]
         self.deliveries = Deliveries()
+        self._eraser = Eraser(store)
+        self._erasing: list[dict[int, int]] = [{} for _ in range(partitions)]
+        self._erase_jobs = itertools.count()
         self._thread: threading.Thread | None = None
         self._cursor: CursorLike | None = None
         self._stopping = False
@@ -150,6 +159,7 @@ class Projector(Ownership):
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+        self._eraser.stop()  # the erasures queued are finished (their clears answered) first
         self.deliveries.stop()
         if cursor is not None:
             cursor.close()
@@ -239,46 +249,62 @@ class Projector(Ownership):
             self.applied_records = [a + n for a, n in zip(self.applied_records, counted, strict=True)]
             for p in [p for p, end in self._catching.items() if applied[p] >= end]:
                 del self._catching[p]
-            for p, heap in enumerate(self._waiters):
-                while heap and heap[0][0] < applied[p]:
-                    heapq.heappop(heap)[2].set()
-            self._cond.notify_all()
+            self._wake_locked()
         self.deliveries.publish(decided, events)
 
     def _erase(self, decided: list[tuple[LogPosition, bytes, Decision]], live: Mapping[str, Projection],
                unseen: Sequence[tuple[bytes, bytes]]) -> list[tuple[LogPosition, bytes, Decision]]:
-        """Complete the erasure of the conversations this step cleared, before their writers
-        hear of it (``clear`` returns once its conversation is forgotten); ``unseen``: the rows
-        of projections that did not see the step, deleted by it (``erasure.forget_unseen``). A
-        failure leaves them closed and pending: their decisions say why, and the next ``clear``
-        or open retries."""
-        cleared = [(i, read_record_conv(key)) for i, (_, key, d) in enumerate(decided) if d.outcome is Outcome.CLEARED]
+        """Begin the erasure of the conversations this step cleared (and of those whose erasure
+        is still pending, cleared again: that clear too returns once it is done): their keys are destroyed
+        here, between steps (``erasure.destroy_keys``), and the rest (the compaction) is handed to
+        the eraser (``projections.eraser``), which publishes their decisions once it is done
+        (``clear`` returns once its conversation is forgotten); returned: the step's other
+        decisions, to publish now. ``unseen``: the rows of projections that did not see the step,
+        deleted by it (``erasure.forget_unseen``). A failure leaves them closed and pending: their
+        decisions say why, and the next ``clear`` or open retries."""
+        cleared = [i for i, (_, key, d) in enumerate(decided) if d.outcome is Outcome.CLEARED or (
+            d.outcome is Outcome.DUPLICATE and key.endswith(KEY_SEPARATOR)  # a clear of a closed conversation
+            and self.store.get(keys.erasing_key(read_record_conv(key))) is not None)]  # while its erasure is pending
         if not cleared:
             return decided
-        parts = {position.partition for position, _, d in decided if d.outcome is Outcome.CLEARED}
+        convs = list(dict.fromkeys(read_record_conv(decided[i][1]) for i in cleared))
+        parts = {decided[i][0].partition for i in cleared}
         extra = [*(keys.custom_partition_keyspace(name, p) for name in live for p in parts), *unseen]
         try:
-            erasure.complete(self.store, self.keys, [conv for _, conv in cleared], extra)
+            used = erasure.destroy_keys(self.store, self.keys, convs)
         except Exception as e:
             log.warning("the erasure of %d cleared conversation(s) did not complete (%s); they are closed, and "
                         "the next clear of each, or the next open, completes it", len(cleared), e)
             out = list(decided)
-            for i, _ in cleared:
-                position, key, _ = out[i]
-                out[i] = (position, key, Decision(Outcome.CLEARED, reason=f"erasure incomplete: {e}"[:300]))
+            for i, failed in zip(cleared, incomplete([decided[i] for i in cleared], e), strict=True):
+                out[i] = failed
             return out
-        return decided
+        job, held = next(self._erase_jobs), set(cleared)
+        with self._cond:
+            self._hold_locked(job, [decided[i][0] for i in cleared])
+        self._eraser.submit(convs, used, extra, [decided[i] for i in cleared], lambda done: self._erased(job, done))
+        return [d for i, d in enumerate(decided) if i not in held]
+
+    def _erased(self, job: int, decided: Sequence[tuple[LogPosition, bytes, Decision]]) -> None:
+        """The eraser finished ``job``: its clears are applied now, and their writers answered."""
+        self._release(job)
+        self.deliveries.publish(decided, ())
 
     def complete_erasures(self, convs: Sequence[bytes] | None = None) -> None:
         """Complete the erasures left pending (all of them, or those of ``convs``) by a crash or
-        an error; raises what the key store or RocksDB raised. Between steps, like a step."""
+        an error; raises what the key store or RocksDB raised. Waits for the eraser's erasure in
+        progress; the keys are destroyed between steps, like a step's."""
         if convs is not None and not any(self.store.get(keys.erasing_key(c)) is not None for c in convs):
-            return  # nothing pending: a point read each, no step lock (a repeated clear)
-        with self._step_lock:
-            waiting = erasure.pending(self.store) if convs is None else [
-                c for c in convs if self.store.get(keys.erasing_key(c)) is not None]
-            if waiting:  # every custom projection's rows, with a checkpoint or not (forget_unseen deletes both)
-                erasure.complete(self.store, self.keys, waiting, [(keys.CUSTOM, keys.prefix_end(keys.CUSTOM))])
+            return  # nothing pending: a point read each, no lock (a repeated clear)
+        with self._eraser.lock:
+            with self._step_lock:
+                waiting = erasure.pending(self.store) if convs is None else [
+                    c for c in convs if self.store.get(keys.erasing_key(c)) is not None]
+                if not waiting:
+                    return
+                used = erasure.destroy_keys(self.store, self.keys, waiting)
+            # every custom projection's rows, with a checkpoint or not (forget_unseen deletes both)
+            erasure.finish(self.store, waiting, used, [(keys.CUSTOM, keys.prefix_end(keys.CUSTOM))])
 
     def _feed(self, live: dict[str, Projection], step_txs: dict[tuple[str, int], ProjectionTx], tx: Tx,
               event: ProjectedEvent) -> None:
@@ -450,47 +476,9 @@ class Projector(Ownership):
         err.__cause__ = self.failure
         return err
 
-    def applied_offsets(self) -> list[int]:
-        with self._cond:
-            return list(self._applied)
-
     def stats(self) -> Stats:
         with self._cond:
             return Stats.total([self._stats[p] for p in sorted(self._owned)])
-
-    def wait_applied(self, position: LogPosition, timeout: float | None) -> bool:
-        """Wait until ``position`` has been applied. False on timeout; raises if the projector failed."""
-        p, o = position.partition, position.offset
-        with self._cond:
-            if self.failure is not None:
-                raise self._failed_now()
-            if p not in self._owned:
-                raise self._not_owner(p)
-            if self._applied[p] > o:
-                return True
-            event = threading.Event()
-            self._waiter_seq += 1
-            heapq.heappush(self._waiters[p], (o, self._waiter_seq, event))
-        ok = event.wait(timeout)
-        if self.failure is not None:
-            raise self._failed_now()
-        with self._cond:
-            if p not in self._owned:  # revoked while waiting
-                raise self._not_owner(p)
-        return ok
-
-    def wait_offsets(self, targets: Sequence[int], timeout: float | None) -> bool:
-        """Wait until every owned partition has applied up to ``targets[p]`` (exclusive); one
-        revoked meanwhile is no longer waited for."""
-        def done() -> bool:
-            return self.failure is not None or all(
-                a >= t or p not in self._owned for p, (a, t) in enumerate(zip(self._applied, targets, strict=True)))
-
-        with self._cond:
-            ok = self._cond.wait_for(done, timeout)
-            if self.failure is not None:
-                raise self._failed_now()
-            return ok
 
     def _failed_now(self) -> StateUnavailable:
         err = self.failed()

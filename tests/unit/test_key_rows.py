@@ -200,13 +200,13 @@ def test_a_replay_of_a_cleared_conversation_without_rows_writes_and_removes_its_
         assert compactions == [len(keys.erasure_ranges(b"c"))]  # the one conversation that had rows
     compactions.clear()
     marks: list[tuple[bytes, bytes | None]] = []
-    real = erasure.complete
+    real = erasure.destroy_keys
 
-    def complete(store: StateStore, keys_: Any, convs: Sequence[bytes], extra: Any = ()) -> None:
+    def destroy_keys(store: StateStore, keys_: Any, convs: Sequence[bytes]) -> dict[bytes, list[str]]:
         marks.extend((c, store.get(keys.erasing_key(c))) for c in convs)
-        real(store, keys_, convs, extra)
+        return real(store, keys_, convs)
 
-    monkeypatch.setattr(erasure, "complete", complete)
+    monkeypatch.setattr(erasure, "destroy_keys", destroy_keys)
     shutil.rmtree(tmp_path / "state")
     with HistoryEngine.open(tmp_path, fsync="never") as eng:  # the records of "c" are erased now
         assert sorted(marks) == [(b"c", keys.ERASE_KEYS_ONLY), (b"never-seen", keys.ERASE_KEYS_ONLY)]
