@@ -13,7 +13,8 @@ members), cluster (a member of a 3-member group vs a full replica: start-up catc
 langchain (``HistlogMiddleware``'s overhead per agent step vs the same ``create_agent`` agent without it),
 sealed (erasure's AES-256-GCM sealing and key store vs today's encode and a raw append + fsync), and
 erasure (the sealed engine vs ``seal=False``, interleaved rounds: appends/s and CPU per append at 1/16/64
-writers, replay, clear latency).
+writers, replay, clear latency), and clears (appends to other conversations while clears run, against the
+same appends with none).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 __all__ = ["NAMES", "run_all"]
 
 NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
-         "forward", "cluster", "langchain", "sealed", "erasure")
+         "forward", "cluster", "langchain", "sealed", "erasure", "clears")
 
 
 def run_all(argv: list[str] | None = None) -> int:
