@@ -196,10 +196,10 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     if isinstance(event, ConversationCleared):
         if row is not None and row.closed:
             return Decision(Outcome.DUPLICATE), None
-        full.clear(tx, conv)  # leaves the K rows: projections.erasure.complete reads them
+        full.clear(tx, conv)  # leaves the K rows: projections.erasure.destroy_keys reads them
         tx.delete(keys.open_key(conv))
         tx.put(keys.conv_key(conv), ConversationRow(closed=True).encode())
-        # Always pending until projections.erasure.complete: its keys (K rows, even of records all
+        # Always pending until projections.erasure.finish: its keys (K rows, even of records all
         # refused) to destroy, and, if it had rows, its files to compact.
         tx.put(keys.erasing_key(conv), keys.ERASE_COMPACT if row is not None else keys.ERASE_KEYS_ONLY)
         if not want_event:

@@ -41,8 +41,8 @@ class Eraser:
     (``destroy_keys``, in the step), with their decisions; the thread takes every job queued,
     finishes them in one compaction (clears that arrive together share its cost), then hands
     their decisions to their ``done``: a clear's writer hears of it only once no file of the state
-    holds the conversation. A failure publishes the decisions with ``erasure incomplete`` as
-    ``complete`` did: the ``E`` rows stay, the next clear of each or the next open retries.
+    holds the conversation. A failure publishes the decisions with ``erasure incomplete``, as
+    when the erasure ran in the step: the ``E`` rows stay, the next clear of each or the next open retries.
     ``lock`` is held around every ``finish``, here and in ``Projector.complete_erasures``: one
     erasure's files at a time. ``stop`` finishes what is queued, then ends the thread; a crash
     leaves the ``E`` rows, and the next open completes them."""

@@ -6,14 +6,15 @@ cleanup that makes ``clear`` forget.
   destroyed (admission then applies the record without effect: **erased**), ``DecryptionFailed``
   when it does not open (poison), ``KeyStoreDamaged`` when the store never had the key (the
   projector stops: content is never skipped because a key store was lost).
-* ``complete``: what follows the commit of a ``ConversationCleared``, whose step deleted the
-  conversation's rows (not its ``K`` rows) and wrote its ``E`` (erasing) row: destroy its keys,
-  its own and every one its ``K`` rows name (the data keys its records were sealed under, recorded
-  by admission whenever it opened one: a key store may bind a key to its conversation in memory
-  only, so the log, projected into ``K``, is the durable list), then (for a conversation whose
-  ``E`` row says it had rows, ``keys.ERASE_COMPACT``) flush the memtable (so the WAL that held its
-  rows is retired), compact every key range its rows had (and the given custom projections'
-  ranges) down to the last level, so no file of the state keeps the rows or their tombstones,
+* ``destroy_keys`` then ``finish``: what follows the commit of a ``ConversationCleared``, whose
+  step deleted the conversation's rows (not its ``K`` rows) and wrote its ``E`` (erasing) row:
+  destroy its keys, its own and every one its ``K`` rows name (the data keys its records were
+  sealed under, recorded by admission whenever it opened one: a key store may bind a key to its
+  conversation in memory only, so the log, projected into ``K``, is the durable list); then
+  ``finish``: for a conversation whose ``E`` row says it had rows (``keys.ERASE_COMPACT``), flush
+  the memtable (so the WAL that held its rows is retired), compact every key range its rows had
+  (and the given custom projections' ranges) down to the last level, so no file of the state
+  keeps the rows or their tombstones,
   then delete the ``E`` and ``K`` rows in one WriteBatch. Each step is idempotent: a crash or an
   error in between leaves the ``E`` and ``K`` rows, and the next ``clear`` of the conversation,
   or the next open, runs it again (``pending``). A sealed record met after the clear
@@ -29,9 +30,8 @@ cleanup that makes ``clear`` forget.
 
 Cost of a clear: one key destroy (a bucket rewrite and two fsyncs, or one Kafka round trip), one
 scan of its ``K`` rows, one memtable flush and a compaction of the files that overlap the
-conversation's ranges (no flush nor compaction for one that had no rows). ``complete`` is
-``destroy_keys`` then ``finish``: the projector runs the first in the step and the second, the
-slow one, on its eraser (``projections.eraser``).
+conversation's ranges (no flush nor compaction for one that had no rows). The projector runs
+``destroy_keys`` in the step and ``finish``, the slow one, on its eraser (``projections.eraser``).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from schemas.event_content import open_event
 from schemas.events import BatchAppended, TurnReplaced
 from schemas.sealed import DataKey
 
-__all__ = ["DataKeys", "complete", "destroy_keys", "finish", "forget_unseen", "open_content", "pending"]
+__all__ = ["DataKeys", "destroy_keys", "finish", "forget_unseen", "open_content", "pending"]
 
 
 class DataKeys(Protocol):
@@ -76,19 +76,12 @@ def pending(store: StateStore) -> list[bytes]:
     return [keys.read_erasing_key(k) for k, _ in store.iterator().scan(*keys.erasing_range())]
 
 
-def complete(store: StateStore, keys_: DataKeys | None, convs: Sequence[bytes],
-             extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
-    """Finish the erasure of ``convs`` (already closed, their rows deleted): see the module
-    docstring (``destroy_keys``, then ``finish``). Raises what the key store or RocksDB raised;
-    the ``E`` and ``K`` rows then stay."""
-    finish(store, convs, destroy_keys(store, keys_, convs), extra)
-
-
 def destroy_keys(store: StateStore, keys_: DataKeys | None, convs: Sequence[bytes]) -> dict[bytes, list[str]]:
-    """The first half of ``complete``: destroy each conversation's keys, its own and every one its
-    ``K`` rows name, and return those key ids (``finish`` deletes their rows). Run between steps
-    (the projector's step lock): once it returns, the key store answers ``KeyErased`` for the
-    conversation, so no later step opens its content or writes a ``K`` row of it."""
+    """An erasure's first part, for ``convs`` (closed, their rows deleted): destroy each
+    conversation's keys, its own and every one its ``K`` rows name, and return those key ids
+    (``finish`` deletes their rows). Run between steps (the projector's step lock): once it
+    returns, the key store answers ``KeyErased`` for the conversation, so no later step opens its
+    content or writes a ``K`` row of it. Raises what the key store raised."""
     snap = store.iterator()
     used = {conv: [keys.read_key_id_key(k)[1] for k, _ in snap.scan(*keys.key_id_range(conv))] for conv in convs}
     if keys_ is not None:
@@ -99,10 +92,11 @@ def destroy_keys(store: StateStore, keys_: DataKeys | None, convs: Sequence[byte
 
 def finish(store: StateStore, convs: Sequence[bytes], used: Mapping[bytes, Sequence[str]],
            extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
-    """The second half of ``complete``, after ``destroy_keys`` (``used``: what it returned):
-    compact the files of the conversations that had rows, then delete their ``E`` and ``K`` rows
-    in one WriteBatch. It may run beside later steps (``projections.eraser``): they write no row of a
-    cleared conversation, and the ``E`` row stays until this is done."""
+    """An erasure's second part, after ``destroy_keys`` (``used``: what it returned): compact the
+    files of the conversations that had rows, then delete their ``E`` and ``K`` rows in one
+    WriteBatch. Raises what RocksDB raised (the ``E`` and ``K`` rows then stay). It may run beside
+    later steps (``projections.eraser``): they write no row of a cleared conversation, and the
+    ``E`` row stays until this is done."""
     marks = {conv: store.get(keys.erasing_key(conv)) for conv in convs}
     # Only a conversation that had rows has files to clean (its E row says so): a replay that meets
     # a clear after its records were erased (their keys destroyed) compacts nothing.

@@ -14,8 +14,8 @@ How the engine uses them (docs/erasure.md):
    closed), then ``schemas.event_content.seal_event``.
 3. The projector (``projections.erasure.open_content``) opens sealed content with
    ``store.get(c, key_id)``: ``KeyErased`` -> the record is erased, ``DecryptionFailed`` -> poison.
-4. ``clear``: after the step that closes the conversation, ``projections.erasure.complete`` calls
-   ``store.destroy(c)``, then compacts the conversation's rows out of the state.
+4. ``clear``: after the step that closes the conversation, ``projections.erasure.destroy_keys`` calls
+   ``store.destroy(c)``, then the eraser compacts the conversation's rows out of the state.
 
 Tools: ``FileKeyStore(path, read_only=True)`` (inspect a store a server holds) and
 ``rotate_master_key`` (``histlog keys rotate``).
