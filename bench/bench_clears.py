@@ -103,7 +103,7 @@ def _case(state: Path, work: Path, sizes: Sizes, clearers: int) -> dict[str, Any
     lat = sorted(x / 1000 for x in appended.latencies_us)
     p50, p99 = percentiles(lat)
     out: dict[str, Any] = {"clearers": clearers, "appends_per_s": round(appended.per_s), "append_p50_ms": round(p50, 2),
-                           "append_p99_ms": round(p99, 2), "append_max_ms": round(lat[-1], 1),
+                           "append_p99_ms": round(p99, 2), "append_max_ms": round(lat[-1], 2),
                            "clears": len(clear_ms), "clears_per_s": round(len(clear_ms) / elapsed, 1)}
     if clear_ms:
         out["clear_p50_ms"] = round(percentiles(clear_ms)[0], 1)
