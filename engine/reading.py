@@ -67,6 +67,11 @@ class EngineReads:
             raise NotReady(f"this engine is still catching up on partition {p} (conversation {str(c)!r}); "
                            "retry shortly")
 
+    def _ready(self, c: ConversationID) -> None:
+        """Both guards, in their order, once a read's arguments are checked."""
+        self._check_open()
+        self._serve(c)
+
     # -- reads ---------------------------------------------------------------------------------
     def read(self, conversation_id: str, at_least: Receipt | None = None, timeout: float = 30.0) -> list[Message]:
         """Detached messages in stored order; ``[]`` for unknown or closed conversations.
@@ -77,8 +82,7 @@ class EngineReads:
         """
         check_timeout(timeout)
         c = ConversationID(conversation_id)
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         if at_least is not None:
             self._wait_for(at_least, timeout)
         return self._reads.messages(c)
@@ -142,8 +146,7 @@ class EngineReads:
         check_limit(limit)
         check_order(order)
         since_ms, until_ms = time_bound(since, "since"), time_bound(until, "until")
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.entries(c, after, before, limit, include_hidden, order,
                                    since_ms, until_ms)
 
@@ -152,8 +155,7 @@ class EngineReads:
         e.g. to page from it); ``NotFound`` for an unknown or hidden message. Two point reads."""
         c = ConversationID(conversation_id)
         MessageID.parse(message_id)  # NotFound for what spells no message id, before any I/O
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.position_of(c, message_id)
 
     def locate(self, conversation_id: str, external_id: str, before: int = 0, after: int = 0) -> Located:
@@ -166,16 +168,14 @@ class EngineReads:
             raise InvalidWindow(f"invalid external_id: expected a str, got {type(external_id).__name__}")
         check_context(before, "before")
         check_context(after, "after")
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.locate(c, external_id, before, after)
 
     def _is_closed(self, conversation_id: str) -> bool:
         """Whether the conversation was cleared (for the service's event streams, which end with
         ``closed``; one point read). The checks of every read first."""
         c = ConversationID(conversation_id)
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.closed(c)
 
     def turn(self, conversation_id: str, message_id: str) -> HistoryTurn:
@@ -183,23 +183,20 @@ class EngineReads:
         for an unknown message, a hidden one, or one before the first user message."""
         c = ConversationID(conversation_id)
         MessageID.parse(message_id)  # NotFound for what spells no message id, before any I/O
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.turn(c, message_id)
 
     def latest_turn(self, conversation_id: str) -> HistoryTurn | None:
         """The latest visible user-led turn (the one ``replace_turn`` may replace), or None."""
         c = ConversationID(conversation_id)
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.latest_turn(c)
 
     def latest_interrupted_checkpoint(self, conversation_id: str) -> StoredMessage | None:
         """The newest assistant message with metadata ``interrupted: true`` that no later
         assistant message follows (later user or tool messages do not cancel it), or None."""
         c = ConversationID(conversation_id)
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.latest_interrupted_checkpoint(c)
 
     def window(self, conversation_id: str, limit: int, before: HistoryPosition | None = None) -> list[Message]:
@@ -213,8 +210,7 @@ class EngineReads:
         c: ConversationID = ConversationID(conversation_id)
         check_window(limit)
         check_cursors(None, before)
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return c
 
     def _window_canonical(self, conversation_id: str, limit: int, before: HistoryPosition | None = None
@@ -229,8 +225,7 @@ class EngineReads:
         The same rows, the same O(limit) cost, the same errors."""
         c = ConversationID(conversation_id)
         check_window(limit)
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.window_entries(c, limit)
 
     def turns(self, conversation_id: str) -> list[HistoryTurn]:
@@ -238,8 +233,7 @@ class EngineReads:
         the last one is ``latest_turn``. One pass over the conversation's visible messages, so
         O(what it returns); ``[]`` for an unknown or closed conversation."""
         c = ConversationID(conversation_id)
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.turns(c)
 
     def read_within_bytes(self, conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
@@ -256,8 +250,7 @@ class EngineReads:
         c = ConversationID(conversation_id)
         check_budget(max_bytes, unit)
         check_cursors(after, before)
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.within_bytes(c, max_bytes, after, before, unit)
 
     def turn_sources(self, conversation_id: str, max_bytes: int, after: HistoryPosition = HistoryPosition.START,
@@ -267,8 +260,7 @@ class EngineReads:
         c = ConversationID(conversation_id)
         check_budget(max_bytes, unit)
         check_cursors(after, before)
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.turn_sources(c, max_bytes, after, before, unit)
 
     def measure(self, conversation_id: str, after: HistoryPosition = HistoryPosition.START) -> Measure:
@@ -277,8 +269,7 @@ class EngineReads:
         those messages belong to: the units of ``read_within_bytes(unit="turn")``."""
         c = ConversationID(conversation_id)
         check_cursors(after, None)
-        self._check_open()
-        self._serve(c)
+        self._ready(c)
         return self._reads.measure(c, after)
 
     def poison(self) -> list[tuple[LogPosition, str]]:
