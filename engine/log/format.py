@@ -37,6 +37,7 @@ __all__ = [
     "MIN_BODY_SIZE",
     "MIN_FRAME_SIZE",
     "SEGMENT_SUFFIX",
+    "TAIL_INDEX_FILE",
     "DecodedBody",
     "decode_body",
     "encode_record",
@@ -47,6 +48,7 @@ __all__ = [
     "partition_dir",
     "segment_name",
     "segment_path",
+    "tail_index_path",
 ]
 
 MAGIC = 1
@@ -66,6 +68,8 @@ SEGMENT_SUFFIX = ".log"
 SEGMENT_NAME_DIGITS = 20
 META_FILE = "meta.json"
 LOCK_FILE = "LOCK"
+TAIL_INDEX_FILE = "tail.index"
+"""In each partition directory: the newest segment's index, saved on close (``engine.log.index``)."""
 
 
 # ---------------------------------------------------------------- file naming
@@ -99,6 +103,10 @@ def meta_path(root: Path) -> Path:
 
 def lock_path(root: Path) -> Path:
     return root / LOCK_FILE
+
+
+def tail_index_path(root: Path, partition: int) -> Path:
+    return partition_dir(root, partition) / TAIL_INDEX_FILE
 
 
 def list_segments(directory: Path) -> list[tuple[int, Path]]:

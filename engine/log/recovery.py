@@ -21,6 +21,7 @@ from pathlib import Path
 
 from engine.log import format as fmt
 from engine.log.base import Record
+from engine.log.index import load_tail_index
 from engine.log.segment import Damage, Frame, scan
 from schemas.errors import CorruptLog
 from schemas.positions import LogPosition
@@ -84,6 +85,7 @@ class Plan:
     positions: array[int]  # of the tail segment, after the cut
     cut: RecoveryCut | None
     lost: LostRecords | None
+    frames_scanned: int  # frames of the tail walked (0: its saved index verified, engine.log.index)
 
 
 class Recovery:
@@ -115,7 +117,7 @@ class Recovery:
                              f"{segments[0].path.name}; the segments before it are missing: restore "
                              "them from a backup", reason="missing segment", position=LogPosition(partition, 0))
         tail = segments[-1]
-        positions, cut = self.scan_tail(partition, tail)
+        positions, cut, scanned = self.scan_tail(partition, tail)
         end = tail.base + len(positions)
         if created:
             detail = NO_LOG
@@ -124,7 +126,7 @@ class Recovery:
                       f"({cut.reason}), and cutting it there leaves the partition ending at offset {end}")
         else:
             detail = f"it ends at offset {end} (newest segment {tail.path.name})"
-        return Plan(partition, segments, positions, cut, self.shortfall(partition, end, detail))
+        return Plan(partition, segments, positions, cut, self.shortfall(partition, end, detail), scanned)
 
     def shortfall(self, partition: int, found: int, detail: str) -> LostRecords | None:
         """Compare a partition's end with the evidence: ``None`` when it has every acknowledged
@@ -143,10 +145,16 @@ class Recovery:
                 reason="acknowledged records missing", position=LogPosition(partition, found))
         return LostRecords(partition, expected, found, detail)
 
-    def scan_tail(self, partition: int, seg: Segment) -> tuple[array[int], RecoveryCut | None]:
-        """Scan the newest segment: the positions of its intact records, and the torn tail to cut
-        (damage with nothing intact after it). Raises ``CorruptLog`` on anything else."""
+    def scan_tail(self, partition: int, seg: Segment) -> tuple[array[int], RecoveryCut | None, int]:
+        """Scan the newest segment: the positions of its intact records, the torn tail to cut
+        (damage with nothing intact after it) and how many frames were walked for it. Raises
+        ``CorruptLog`` on anything else. A saved index that verifies against the segment's bytes
+        (``engine.log.index``: a clean close, and not one byte changed since) gives the positions
+        without the walk, whose verdict it already knows: clean, nothing to cut."""
         data = seg.path.read_bytes()
+        indexed = load_tail_index(self.root, partition, seg.base, data)
+        if indexed is not None:
+            return indexed, None, 0
         positions: array[int] = array("Q")
         items = list(scan(data, expected_offset=seg.base))
         for i, item in enumerate(items):
@@ -159,8 +167,8 @@ class Recovery:
                 raise self.corrupt(partition, seg, item, "with intact records after it" if later_intact
                                     else "in a record written whole")
             return positions, RecoveryCut(partition, seg.path.name, item.position, seg.base + len(positions),
-                                          len(data) - item.position, item.reason)
-        return positions, None
+                                          len(data) - item.position, item.reason), len(items)
+        return positions, None, len(items)
 
     def expect_offset(self, partition: int, seg: Segment, frame: Frame, expected: int) -> None:
         if frame.offset != expected:

@@ -61,8 +61,8 @@ def test_layout_is_partition_directories_of_segments(tmp_path: Path) -> None:
     with FileLog(tmp_path, 3) as log:
         log.append(record_key("c"), b"v")
     names = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
-    assert names == ["0", "0/00000000000000000000.log", "1", "1/00000000000000000000.log",
-                     "2", "2/00000000000000000000.log", "LOCK", "meta.json"]
+    assert names == ["0", "0/00000000000000000000.log", "0/tail.index", "1", "1/00000000000000000000.log",
+                     "1/tail.index", "2", "2/00000000000000000000.log", "2/tail.index", "LOCK", "meta.json"]
 
 
 # ---------------------------------------------------------------- lock
