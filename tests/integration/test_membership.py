@@ -446,8 +446,8 @@ def test_a_join_that_never_completes_is_started_again_as_a_new_member(kafka_boot
                         on_assigned=record("assigned"), on_revoked=record("revoked"))
     try:
         assert member.wait_joined(JOIN_BOUND_S) and member.owned == frozenset(range(PARTITIONS))
-        first_generation = member.map.generation
         coordinator = member._consumer._coordinator
+        first_member_id = coordinator._generation.member_id
         real_join = coordinator._do_join_and_sync_async
         hung: list[float] = []
 
@@ -469,7 +469,11 @@ def test_a_join_that_never_completes_is_started_again_as_a_new_member(kafka_boot
         unstuck_after = time.monotonic() - hung[0]
         assert member.restarted_joins == 1
         assert member.owned == frozenset(range(PARTITIONS)) and member.lease_valid()
-        assert member.map.generation > first_generation
+        # A new member: a new member id. Not necessarily a higher generation: the group empties
+        # when the broker drops the stuck member, and an empty group that committed no offsets
+        # may be deleted, so the new one can start again at generation 1 (seen in one CI run).
+        assert member._consumer._coordinator._generation.member_id not in ("", first_member_id)
+        assert member.map.generation >= 1
         assert unstuck_after >= 2 * SESSION_S - HEARTBEAT_S  # not before the broker could have dropped it
         print(f"\nstuck join: owned again {unstuck_after:.1f} s after the join hung")
     finally:
