@@ -305,7 +305,7 @@ class FileLog(Log):
         self._stats.tail_frames_scanned += plan.frames_scanned
         self._segments.append(plan.segments)
         self._bases.append([s.base for s in plan.segments])
-        self._writers.append(SegmentWriter.open(tail.path, tail.base))
+        self._writers.append(SegmentWriter.open(tail.path, tail.base, size=tail.size, crc=plan.crc))
         end = tail.base + len(plan.positions)
         self._next.append(end)
         self._visible.append(end)
@@ -660,9 +660,10 @@ class FileLog(Log):
                 logger.error("file log %s: fsync on close failed: %r", self.path, exc)
         if self._failed is None:  # every record written is in the tails' positions: save them
             for p, segs in enumerate(self._segments):
-                tail = segs[-1]
+                tail, writer = segs[-1], self._writers[p]
                 assert tail.positions is not None  # Invariant: the tail is always indexed
-                save_tail_index(self.path, p, tail.path, tail.base, tail.size, tail.positions)
+                if writer.crc is not None and writer.base_offset == tail.base and writer.size == tail.size:
+                    save_tail_index(self.path, p, tail.path, tail.base, tail.size, writer.crc, tail.positions)
         self._release_files()
 
     def _release_files(self) -> None:

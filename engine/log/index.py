@@ -2,7 +2,9 @@
 closes (``<partition>/tail.index``, docs/log-format.md §5) so that the next open takes the
 positions instead of walking every frame of the segment (about 3.5 µs a record: 484 ms for a
 61 MiB segment of 140k records, against 41 ms to read it and check the CRC-32C of its bytes,
-bench/bench_log.py). Saving it at close reads the segment once more for that CRC.
+bench/bench_log.py). Saving it reads nothing: the segment's writer keeps the CRC-32C of every
+byte the segment holds, seeded by the open's check and extended by each write
+(``engine.log.segment.SegmentWriter.crc``).
 
 An index is a cache, never a truth. It is taken only when it names the segment (its base
 offset), the segment's exact size and the CRC-32C of all its bytes, and its own CRC verifies.
@@ -48,26 +50,25 @@ def _positions_bytes(positions: array[int]) -> bytes:
     return swapped.tobytes()
 
 
-def encode_tail_index(base: int, data: bytes, positions: array[int]) -> bytes:
-    """The index of a segment of base offset ``base`` whose bytes are ``data`` and whose
-    records start at ``positions``."""
-    body = _HEAD.pack(_MAGIC, _VERSION, base, len(data), crc32c.crc32c(data), len(positions)) + \
-        _positions_bytes(positions)
+def encode_tail_index(base: int, size: int, crc: int, positions: array[int]) -> bytes:
+    """The index of a segment of base offset ``base``, ``size`` bytes whose CRC-32C is ``crc``,
+    whose records start at ``positions``."""
+    body = _HEAD.pack(_MAGIC, _VERSION, base, size, crc, len(positions)) + _positions_bytes(positions)
     return body + _CRC.pack(crc32c.crc32c(body))
 
 
-def decode_tail_index(raw: bytes, base: int, data: bytes) -> array[int] | None:
+def decode_tail_index(raw: bytes, base: int, size: int, crc: int) -> array[int] | None:
     """The positions ``raw`` holds when it is the index of the segment of base offset ``base``
-    whose bytes are ``data`` (see the module docstring), else ``None``."""
+    that holds ``size`` bytes of CRC-32C ``crc`` (see the module docstring), else ``None``."""
     if len(raw) < _HEAD.size + _CRC.size:
         return None
-    magic, version, ibase, size, seg_crc, count = _HEAD.unpack_from(raw)
-    if (magic != _MAGIC or version != _VERSION or ibase != base or size != len(data)
+    magic, version, ibase, isize, seg_crc, count = _HEAD.unpack_from(raw)
+    if (magic != _MAGIC or version != _VERSION or ibase != base or isize != size
             or len(raw) != _HEAD.size + 8 * count + _CRC.size or count > size // fmt.MIN_FRAME_SIZE):
         return None
     if _CRC.unpack_from(raw, len(raw) - _CRC.size)[0] != crc32c.crc32c(memoryview(raw)[:-_CRC.size]):
         return None
-    if crc32c.crc32c(data) != seg_crc:
+    if seg_crc != crc:
         return None
     positions: array[int] = array("Q")
     positions.frombytes(memoryview(raw)[_HEAD.size:-_CRC.size])
@@ -78,31 +79,33 @@ def decode_tail_index(raw: bytes, base: int, data: bytes) -> array[int] | None:
     return positions
 
 
-def load_tail_index(root: Path, partition: int, base: int, data: bytes) -> array[int] | None:
-    """The saved index of the partition's newest segment (base offset ``base``, bytes ``data``)
-    when it verifies, else ``None`` (missing, unreadable, stale or damaged: walk the frames)."""
+def load_tail_index(root: Path, partition: int, base: int, size: int, crc: int) -> array[int] | None:
+    """The saved index of the partition's newest segment (base offset ``base``, ``size`` bytes of
+    CRC-32C ``crc``) when it verifies, else ``None`` (missing, unreadable, stale or damaged: walk
+    the frames)."""
     try:
         raw = fmt.tail_index_path(root, partition).read_bytes()
     except OSError:
         return None
-    return decode_tail_index(raw, base, data)
+    return decode_tail_index(raw, base, size, crc)
 
 
-def save_tail_index(root: Path, partition: int, segment: Path, base: int, size: int, positions: array[int]) -> None:
-    """Save the index of the partition's newest segment (``size`` bytes, records at ``positions``)
-    as it is on disk now: the log is closing, nothing is written to it any more. Written to a
+def save_tail_index(root: Path, partition: int, segment: Path, base: int, size: int, crc: int,
+                    positions: array[int]) -> None:
+    """Save the index of the partition's newest segment (``size`` bytes of CRC-32C ``crc``, records
+    at ``positions``): the log is closing, nothing is written to it any more. Written to a
     temporary file and renamed over the old index, without fsync (see the module docstring). A
-    failure, or a segment whose size is not ``size``, is logged and leaves no index: the next
-    open walks the frames."""
+    failure, or a segment file that does not hold ``size`` bytes, is logged and leaves no index:
+    the next open walks the frames."""
     path = fmt.tail_index_path(root, partition)
     tmp = path.with_name(path.name + ".tmp")
     try:
-        data = segment.read_bytes()
-        if len(data) != size:
+        found = segment.stat().st_size
+        if found != size:
             logger.warning("file log %s: partition %d: the newest segment %s holds %d bytes, not the %d "
-                           "written: no tail index saved", root, partition, segment.name, len(data), size)
+                           "written: no tail index saved", root, partition, segment.name, found, size)
             return
-        tmp.write_bytes(encode_tail_index(base, data, positions))
+        tmp.write_bytes(encode_tail_index(base, size, crc, positions))
         os.replace(tmp, path)
     except OSError as exc:
         logger.warning("file log %s: partition %d: cannot save the tail index %s (%s); the next open reads "

@@ -19,10 +19,12 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+import crc32c
+
 from engine.log import format as fmt
 from engine.log.base import Record
 from engine.log.index import load_tail_index
-from engine.log.segment import Damage, Frame, scan
+from engine.log.segment import Damage, Frame, file_crc, scan
 from schemas.errors import CorruptLog
 from schemas.positions import LogPosition
 
@@ -86,6 +88,7 @@ class Plan:
     cut: RecoveryCut | None
     lost: LostRecords | None
     frames_scanned: int  # frames of the tail walked (0: its saved index verified, engine.log.index)
+    crc: int  # CRC-32C of the tail's bytes after the cut (its writer's seed, SegmentWriter.crc)
 
 
 class Recovery:
@@ -117,7 +120,7 @@ class Recovery:
                              f"{segments[0].path.name}; the segments before it are missing: restore "
                              "them from a backup", reason="missing segment", position=LogPosition(partition, 0))
         tail = segments[-1]
-        positions, cut, scanned = self.scan_tail(partition, tail)
+        positions, cut, scanned, crc = self.scan_tail(partition, tail)
         end = tail.base + len(positions)
         if created:
             detail = NO_LOG
@@ -126,7 +129,7 @@ class Recovery:
                       f"({cut.reason}), and cutting it there leaves the partition ending at offset {end}")
         else:
             detail = f"it ends at offset {end} (newest segment {tail.path.name})"
-        return Plan(partition, segments, positions, cut, self.shortfall(partition, end, detail), scanned)
+        return Plan(partition, segments, positions, cut, self.shortfall(partition, end, detail), scanned, crc)
 
     def shortfall(self, partition: int, found: int, detail: str) -> LostRecords | None:
         """Compare a partition's end with the evidence: ``None`` when it has every acknowledged
@@ -145,16 +148,19 @@ class Recovery:
                 reason="acknowledged records missing", position=LogPosition(partition, found))
         return LostRecords(partition, expected, found, detail)
 
-    def scan_tail(self, partition: int, seg: Segment) -> tuple[array[int], RecoveryCut | None, int]:
+    def scan_tail(self, partition: int, seg: Segment) -> tuple[array[int], RecoveryCut | None, int, int]:
         """Scan the newest segment: the positions of its intact records, the torn tail to cut
-        (damage with nothing intact after it) and how many frames were walked for it. Raises
-        ``CorruptLog`` on anything else. A saved index that verifies against the segment's bytes
+        (damage with nothing intact after it), how many frames were walked for it and the CRC-32C
+        of the bytes it keeps (all of them, or those before the cut). Raises ``CorruptLog`` on
+        anything else. A saved index that verifies against the segment's bytes
         (``engine.log.index``: a clean close, and not one byte changed since) gives the positions
         without the walk, whose verdict it already knows: clean, nothing to cut."""
-        data = seg.path.read_bytes()
-        indexed = load_tail_index(self.root, partition, seg.base, data)
+        size, crc = file_crc(seg.path)  # no copy of the segment unless it has to be walked
+        indexed = load_tail_index(self.root, partition, seg.base, size, crc)
         if indexed is not None:
-            return indexed, None, 0
+            return indexed, None, 0, crc
+        data = seg.path.read_bytes()
+        crc = crc32c.crc32c(data)  # of the bytes walked (nothing changes them: the log is locked)
         positions: array[int] = array("Q")
         items = list(scan(data, expected_offset=seg.base))
         for i, item in enumerate(items):
@@ -167,8 +173,9 @@ class Recovery:
                 raise self.corrupt(partition, seg, item, "with intact records after it" if later_intact
                                     else "in a record written whole")
             return positions, RecoveryCut(partition, seg.path.name, item.position, seg.base + len(positions),
-                                          len(data) - item.position, item.reason), len(items)
-        return positions, None, len(items)
+                                          len(data) - item.position, item.reason), len(items), \
+                crc32c.crc32c(memoryview(data)[:item.position])
+        return positions, None, len(items), crc
 
     def expect_offset(self, partition: int, seg: Segment, frame: Frame, expected: int) -> None:
         if frame.offset != expected:

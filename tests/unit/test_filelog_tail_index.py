@@ -13,12 +13,14 @@ from array import array
 from collections.abc import Callable
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from engine.log import format as fmt
 from engine.log.base import record_key
 from engine.log.file import FileLog
 from engine.log.index import decode_tail_index, encode_tail_index
+from engine.log.segment import SegmentWriter, file_crc
 from schemas.errors import CorruptLog, LogUnavailable
 from tests.unit.test_filelog_recovery import (
     VALUES,
@@ -35,6 +37,12 @@ def index_path(root: Path, partition: int = 0) -> Path:
     return fmt.tail_index_path(root, partition)
 
 
+def decode_for(raw: bytes, base: int, segment: Path) -> array[int] | None:
+    """The positions ``raw`` gives when it is the index of ``segment`` (base offset ``base``) as it is."""
+    data = segment.read_bytes()
+    return decode_tail_index(raw, base, len(data), crc32c.crc32c(data))
+
+
 def outcome(root: Path) -> tuple[str, object]:
     """What opening ``root`` (one partition) does: its cuts, losses and records, or the refusal."""
     try:
@@ -47,7 +55,7 @@ def outcome(root: Path) -> tuple[str, object]:
 
 def test_a_clean_close_saves_the_index_a_walk_of_the_segment_gives(tmp_path: Path) -> None:
     seg = write_log(tmp_path)
-    positions = decode_tail_index(index_path(tmp_path).read_bytes(), 0, seg.read_bytes())
+    positions = decode_for(index_path(tmp_path).read_bytes(), 0, seg)
     assert positions is not None and list(positions) == frame_positions(seg)
 
 
@@ -89,8 +97,8 @@ def test_only_the_newest_segment_is_indexed_and_older_ones_still_read(tmp_path: 
         assert log.stats().tail_frames_scanned == 0
         assert [r.value for r in log.read(0, 0, 100)] == values
     raw = index_path(tmp_path).read_bytes()
-    assert decode_tail_index(raw, segments[-1][0], segments[-1][1].read_bytes()) is not None
-    assert decode_tail_index(raw, segments[-2][0], segments[-2][1].read_bytes()) is None  # names its segment
+    assert decode_for(raw, segments[-1][0], segments[-1][1]) is not None
+    assert decode_for(raw, segments[-2][0], segments[-2][1]) is None  # names its segment
 
 
 SEGMENT_CHANGES: dict[str, Callable[[Path], None]] = {
@@ -206,4 +214,69 @@ def test_the_index_holds_positions_only_never_record_bytes(tmp_path: Path) -> No
     token = os.urandom(16).hex().encode()
     seg = write_log(tmp_path, [token * 3])
     raw = index_path(tmp_path).read_bytes()
-    assert token not in raw and len(raw) == len(encode_tail_index(0, seg.read_bytes(), array("Q", [0])))
+    assert token not in raw and len(raw) == len(encode_tail_index(0, seg.stat().st_size, 0, array("Q", [0])))
+
+
+def _writes_of_at_most(monkeypatch: pytest.MonkeyPatch, most: int) -> None:
+    real = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real(fd, bytes(data)[:most]))
+
+
+@pytest.mark.parametrize("history", ["appends", "short writes", "rolls", "an indexed open", "a walked open",
+                                     "a torn tail cut"])
+def test_the_writers_running_crc_names_the_bytes_on_disk_so_closing_reads_nothing_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, history: str) -> None:
+    """The index a close saves names the CRC-32C its writers kept as they wrote (seeded by the
+    open's check, after any cut), not one computed by reading the segment back: whatever came
+    before the close, that CRC is the one of the bytes on disk, so the next open takes the index."""
+    kwargs = {"segment_bytes": 600} if history == "rolls" else {}
+    write_log(tmp_path, **kwargs)  # type: ignore[arg-type]
+    if history == "a walked open":
+        index_path(tmp_path).unlink()
+    if history == "a torn tail cut":
+        seg = fmt.list_segments(fmt.partition_dir(tmp_path, 0))[-1][1]
+        truncate(seg, seg.stat().st_size - 3)
+    if history == "short writes":
+        _writes_of_at_most(monkeypatch, 7)
+    log = FileLog(tmp_path, 1, **kwargs)  # type: ignore[arg-type]
+    assert len(log.recovery) == (history == "a torn tail cut")
+    for i in range(30):
+        log.append(record_key("conv", f"more{i}"), f"more-{i}".encode() * 5)
+    real_read = Path.read_bytes
+
+    def no_segment_read(self: Path) -> bytes:
+        assert not self.name.endswith(fmt.SEGMENT_SUFFIX), f"the close read {self} back"
+        return real_read(self)
+
+    monkeypatch.setattr(Path, "read_bytes", no_segment_read)
+    log.close()
+    monkeypatch.undo()
+    segments = fmt.list_segments(fmt.partition_dir(tmp_path, 0))
+    assert (len(segments) > 2) == (history == "rolls")
+    assert decode_for(index_path(tmp_path).read_bytes(), *segments[-1]) is not None
+    with FileLog(tmp_path, 1, **kwargs) as log:  # type: ignore[arg-type]
+        assert log.stats().tail_frames_scanned == 0 and log.recovery == []
+        values = [r.value for r in log.read(0, 0, 1000)]
+        assert values[-30:] == [f"more-{i}".encode() * 5 for i in range(30)]
+        assert len(values) == len(VALUES) + 30 - (history == "a torn tail cut")
+
+
+def test_a_writer_opened_on_a_file_of_another_size_keeps_no_crc(tmp_path: Path) -> None:
+    path = tmp_path / "seg"
+    path.write_bytes(b"0123456789")
+    exact = SegmentWriter.open(path, 0, size=10, crc=crc32c.crc32c(b"0123456789"))
+    exact.write(b"abc")
+    assert exact.crc == crc32c.crc32c(path.read_bytes()) and exact.size == 13
+    exact.close()
+    other = SegmentWriter.open(path, 0, size=10, crc=crc32c.crc32c(b"0123456789"))
+    other.write(b"d")
+    assert other.crc is None and other.size == 14  # no CRC, so its log saves no index at close
+    other.close()
+
+
+@pytest.mark.parametrize("size", [0, 1, 4096, 100_003])
+def test_file_crc_is_the_crc_of_the_files_bytes(tmp_path: Path, size: int) -> None:
+    path = tmp_path / "f"
+    data = os.urandom(size)
+    path.write_bytes(data)
+    assert file_crc(path) == (size, crc32c.crc32c(data))
