@@ -5,11 +5,8 @@ For batches of 2 and 20 messages:
 * canonical+digest, cached: ``batch.canonical_json()`` joined from the messages' cached bytes + SHA-256;
 * canonical+digest, full: serialise every part and message again from the fields + SHA-256;
 * from_canonical: validate log bytes back into a Batch with the full model;
-* event_batch fast / full: what replay and catch-up do per record with a decoded event (digest,
-  validation of the messages, counts), over distinct records: the exact fast path
-  (``schemas/fastpath.py``) vs the full model (``fast=False``), passes interleaved so both see
-  the same machine load, in CPU time (shared 2-core machine, 3 quick runs: 2 messages
-  16.0-16.4 vs 20.2-22.8 us, 20 messages 241-266 vs 265-292 us);
+* event_batch: what replay and catch-up do per record with a decoded event (digest, validation
+  of the messages, counts), over distinct records, in CPU time;
 * baseline: ``json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()`` + SHA-256 of the
   same data as plain dicts.
 
@@ -84,21 +81,18 @@ def _records(n: int, count: int) -> list[Any]:
     return out
 
 
-def _event_batch_pair(n: int, quick: bool) -> tuple[float, float]:
-    """``event_batch`` per record over distinct events, fast path vs full model: best of 7
-    interleaved passes, microseconds of the thread's own CPU time per record (so the other
-    processes of a shared machine count less than in wall time)."""
+def _event_batch(n: int, quick: bool) -> float:
+    """``event_batch`` per record over distinct events: best of 7 passes, microseconds of the
+    thread's own CPU time per record (so the other processes of a shared machine count less
+    than in wall time)."""
     events = _records(n, (300 if quick else 2000) // (1 if n == 2 else 5))
-    for e in events:  # Invariant: the same batch both ways.
-        assert event_batch(e) == event_batch(e, fast=False)
-    best = [float("inf"), float("inf")]
+    best = float("inf")
     for _ in range(7):
-        for which, fast in ((0, True), (1, False)):
-            start = time.thread_time_ns()
-            for e in events:
-                event_batch(e, fast=fast)
-            best[which] = min(best[which], (time.thread_time_ns() - start) / len(events) / 1000)
-    return best[0], best[1]
+        start = time.thread_time_ns()
+        for e in events:
+            event_batch(e)
+        best = min(best, (time.thread_time_ns() - start) / len(events) / 1000)
+    return best
 
 
 def _bench(n: int, quick: bool) -> dict[str, float]:
@@ -125,10 +119,8 @@ def _bench(n: int, quick: bool) -> dict[str, float]:
         return sha(json.dumps(plain, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
     assert full() == cached() == batch.digest  # Invariant: the recompute path is the same format.
-    fast_us, full_us = _event_batch_pair(n, quick)
     return {
-        "event_batch_fast_us": fast_us,
-        "event_batch_full_us": full_us,
+        "event_batch_us": _event_batch(n, quick),
         "build_validate_us": best_us(build, max(100, iterations // 4)),
         "canonical_digest_cached_us": best_us(cached, iterations),
         "canonical_digest_full_us": best_us(full, iterations),
@@ -157,8 +149,7 @@ def report(result: dict[str, Any]) -> str:
         ("canonical + digest (cached bytes)", "canonical_digest_cached_us"),
         ("canonical + digest (full recompute)", "canonical_digest_full_us"),
         ("from_canonical (log bytes -> Batch)", "from_canonical_us"),
-        ("event_batch per record, fast path (CPU)", "event_batch_fast_us"),
-        ("event_batch per record, full model (CPU)", "event_batch_full_us"),
+        ("event_batch per record (CPU)", "event_batch_us"),
         ("baseline json.dumps(sort_keys) + sha256", "baseline_json_dumps_sha256_us"),
     ]
     lines = [f"{'operation (us per batch)':44}{'2 msgs':>10}{'20 msgs':>10}{'2: x base':>11}{'20: x base':>11}"]
@@ -167,9 +158,6 @@ def report(result: dict[str, Any]) -> str:
         ra = a / result["batch_2"]["baseline_json_dumps_sha256_us"]
         rb = b / result["batch_20"]["baseline_json_dumps_sha256_us"]
         lines.append(f"{label:44}{a:10.2f}{b:10.2f}{ra:10.2f}x{rb:10.2f}x")
-    lines.append("event_batch fast / full: " + ", ".join(
-        f"{n} msgs {result[f'batch_{n}']['event_batch_fast_us'] / result[f'batch_{n}']['event_batch_full_us']:.2f}x"
-        for n in (2, 20)))
     lines.append(
         f"canonical bytes: {int(result['batch_2']['bytes'])} / {int(result['batch_20']['bytes'])}; "
         f"target canonical+digest of 2 messages <= {TARGET_US} us: "

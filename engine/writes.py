@@ -152,13 +152,13 @@ class Writes:
         known = precheck(rows, conversation_row(rows, c), event, batch, in_log_order=False)
         if known is not None:
             return self._answer(batch, known, None)
-        own = Own(event, event, batch, None)
+        own = Own(event, batch, None)
         if self._keys is not None:
             try:
                 key = self._keys.create(c)  # the conversation's key: durable already (a spare, engine/keys/pool.py)
             except KeyErased:
                 return self._answer(batch, Decision(Outcome.REJECTED_CLOSED), None)  # cleared meanwhile
-            own = Own(seal_event(event, key), event, batch, key)
+            own = Own(seal_event(event, key), batch, key)
         return self._produce(record_key(c, a), encode_event(own.event), timeout, own,
                              f"append {str(a)!r} to {str(c)!r}",
                              "resend the same Batch (it is safe: a retry returns the original receipt)")

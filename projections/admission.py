@@ -98,11 +98,9 @@ def _corrupt(reason: str) -> tuple[Decision, None]:
 @dataclass(frozen=True, slots=True)
 class Own:
     """A record this process is producing, as it built it: ``event`` the event it encoded (sealed
-    under ``key``, or plain with ``key`` None), ``plain`` its plain form (``event`` itself when
-    plain) and ``batch`` the validated batch both carry."""
+    under ``key``, or plain with ``key`` None) and ``batch`` the validated batch it carries."""
 
     event: BatchAppended | TurnReplaced
-    plain: BatchAppended | TurnReplaced
     batch: Batch
     key: DataKey | None
 
@@ -151,6 +149,7 @@ def admit(tx: Tx, stats: Stats, position: LogPosition, key: bytes, value: bytes,
 def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known | None,
            want_event: bool, keys_: DataKeys | None) -> tuple[Decision, ProjectedEvent | None]:
     opened = ""  # the key id of the sealed content opened, once it opened
+    content: bytes | None = None  # that content
     try:
         own = known.get((key, value)) if known else None  # this process's bytes: decoded and checked
         event = decode_event(value) if own is None else own.event  # only valid events: ids, ranges, times
@@ -161,9 +160,10 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
             if event.sealed is not None:  # the key store still decides: KeyErased, or another key
                 key_id = event.sealed.key_id
                 own = own if own is not None and _same_key(keys_, event, own.key) else None
-                event = open_content(event, keys_) if own is None else own.plain  # DecryptionFailed or KeyErased
+                content = open_content(event, keys_) if own is None else None  # DecryptionFailed or KeyErased
                 opened = key_id
-            batch = event_batch(event, opened=bool(opened)) if own is None else own.batch  # one digest a record
+            # The event stays sealed: its content's digest is the batch's (computed once, in memory).
+            batch = event_batch(event, content=content) if own is None else own.batch
             append_id = event.append_id.encode("utf-8")
     except CorruptLog as e:
         if opened:  # opened, then refused by event_batch: its key was used all the same
@@ -226,18 +226,18 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     if opened:
         row.last_key = opened  # its K row was just noted
     tx.put(keys.conv_key(conv), row.encode())
-    tx.put(keys.receipt_key(conv, append_id), ReceiptRow.pack(event.digest, position.partition, position.offset,
+    tx.put(keys.receipt_key(conv, append_id), ReceiptRow.pack(batch.digest, position.partition, position.offset,
                                                                    first_seq, len(batch), first_ord))
-    decision = Decision(Outcome.ACCEPTED, event.digest, position)
+    decision = Decision(Outcome.ACCEPTED, batch.digest, position)
     if not want_event:
         return decision, None
     created = time_of(created_ms)
     positions = full.positions(first_seq, turns)
     if isinstance(event, TurnReplaced):
         return decision, TurnReplacedEvent(conversation_id, event.old_turn_id, event.reason, batch.append_id,
-                                           batch.messages, event.digest, position, created, first_seq, hidden,
+                                           batch.messages, batch.digest, position, created, first_seq, hidden,
                                            positions)
-    return decision, BatchEvent(conversation_id, batch.append_id, batch.messages, event.digest, position, created,
+    return decision, BatchEvent(conversation_id, batch.append_id, batch.messages, batch.digest, position, created,
                                 first_seq, positions)
 
 

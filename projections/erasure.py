@@ -1,7 +1,7 @@
 """Erasure in the projections (docs/design.md §10): opening sealed content, and the physical
 cleanup that makes ``clear`` forget.
 
-* ``open_content``: the plain form of a sealed event, under the data key its key id names
+* ``open_content``: the content of a sealed event, opened under the data key its key id names
   (``DataKeys``: the engine's key store, ``engine.keys``). ``KeyErased`` when the key was
   destroyed (admission then applies the record without effect: **erased**), ``DecryptionFailed``
   when it does not open (poison), ``KeyStoreDamaged`` when the store never had the key (the
@@ -41,8 +41,8 @@ from typing import Protocol
 
 from projections import keys
 from projections.store import StateStore, Tx
+from schemas import event_content
 from schemas.errors import KeyStoreDamaged
-from schemas.event_content import open_event
 from schemas.events import BatchAppended, TurnReplaced
 from schemas.sealed import DataKey
 
@@ -59,16 +59,16 @@ class DataKeys(Protocol):
         every key of ``key_ids`` still live; no I/O when it is erased and none of them is live."""
 
 
-def open_content(event: BatchAppended | TurnReplaced, keys_: DataKeys | None) -> BatchAppended | TurnReplaced:
-    """``event`` opened (``schemas.event_content.open_event``) under its conversation's key from ``keys_``."""
+def open_content(event: BatchAppended | TurnReplaced, keys_: DataKeys | None) -> bytes:
+    """The content of the sealed ``event``, opened (``schemas.event_content.open_content``) under its
+    conversation's key from ``keys_``."""
     sealed = event.sealed
-    if sealed is None:
-        return event
+    assert sealed is not None  # Invariant: admission opens sealed events only.
     if keys_ is None:
         raise KeyStoreDamaged(f"a sealed record of {event.conversation_id!r} reached an engine without a key "
                               "store; open the engine with HistoryEngine.open, which opens the key store beside "
                               "the log")
-    return open_event(event, keys_.get(event.conversation_id, sealed.key_id))
+    return event_content.open_content(event, keys_.get(event.conversation_id, sealed.key_id))
 
 
 def pending(store: StateStore) -> list[bytes]:

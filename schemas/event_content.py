@@ -1,13 +1,13 @@
 """An event's content: sealed and opened (``seal_event`` / ``open_event``, the one place content is
 sealed and opened, over ``schemas.sealed``) and checked into the batch it carries
-(``event_batch``: the digest, count, sizes and messages of a decoded event, exactly, by the fast
-path or the full model). The events and their codec are ``schemas.events``, which never sees a key.
+(``event_batch``: the digest, count, sizes and messages of a decoded event, exactly, by the
+message models). The events and their codec are ``schemas.events``, which never sees a key.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from schemas.canonical import digest_of
 from schemas.errors import CorruptLog, HistoryError
@@ -18,21 +18,20 @@ if TYPE_CHECKING:
     from schemas.batch import Batch
     from schemas.messages import Message
 
-__all__ = ["event_batch", "open_event", "seal_event"]
+__all__ = ["event_batch", "open_content", "open_event", "seal_event"]
 
 
-_READERS: list[Any] = []
+_READERS: list[Callable[[str, str, bytes], Batch]] = []
 
 
-def _batch_readers() -> tuple[Callable[[str, str, bytes], Batch], Callable[..., Batch | None]]:
-    """``Batch.from_canonical`` and ``fastpath.fast_batch``, imported on first use (the codec
-    itself needs no message model), then kept: an import statement per record costs ~1 us."""
+def _from_canonical() -> Callable[[str, str, bytes], Batch]:
+    """``Batch.from_canonical``, imported on first use (the codec itself needs no message
+    model), then kept: an import statement per record costs ~1 us."""
     if not _READERS:
         from schemas.batch import Batch
-        from schemas.fastpath import fast_batch
 
-        _READERS[:] = [Batch.from_canonical, fast_batch]
-    return _READERS[0], _READERS[1]
+        _READERS.append(Batch.from_canonical)
+    return _READERS[0]
 
 
 def _starts_turn(message: Message) -> bool:
@@ -61,17 +60,25 @@ def seal_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppend
                         event.created_at_ms, event.old_turn_id, event.reason, sealed)
 
 
-def open_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppended | TurnReplaced:
-    """The plain form of a sealed event, opened under ``key`` (its ``sealed.key_id``'s data key):
-    ``messages`` the decrypted content and ``digest`` its ``sha256:`` (computed here, in memory
-    only: admission compares content by it, every instance alike, whichever key sealed it).
-    ``DecryptionFailed`` (a ``CorruptLog``: poison) when it does not open. A plain event is
-    returned as it is."""
+def open_content(event: BatchAppended | TurnReplaced, key: DataKey) -> bytes:
+    """The content of a sealed event, opened under ``key`` (its ``sealed.key_id``'s data key):
+    the canonical JSON its ``sealed`` holds, for ``event_batch(event, content=...)``, which checks
+    it without a plain event being built. ``DecryptionFailed`` (a ``CorruptLog``: poison) when it
+    does not open."""
     sealed = event.sealed
-    if sealed is None:
+    assert sealed is not None  # Invariant: callers open sealed events only.
+    return open_sealed(key, sealed, conversation_id=event.conversation_id, append_id=event.append_id,
+                       record=_record_of(event))
+
+
+def open_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppended | TurnReplaced:
+    """The plain form of a sealed event, opened under ``key`` (``open_content``): ``messages`` the
+    decrypted content and ``digest`` its ``sha256:`` (computed here, in memory only: admission
+    compares content by it, every instance alike, whichever key sealed it). ``DecryptionFailed``
+    when it does not open. A plain event is returned as it is."""
+    if event.sealed is None:
         return event
-    content = open_sealed(key, sealed, conversation_id=event.conversation_id, append_id=event.append_id,
-                          record=_record_of(event))
+    content = open_content(event, key)
     if isinstance(event, BatchAppended):
         return BatchAppended(event.conversation_id, event.append_id, digest_of(content), content,
                              event.message_count, event.content_bytes, event.created_at_ms, event.expected_last)
@@ -79,43 +86,41 @@ def open_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppend
                         event.content_bytes, event.created_at_ms, event.old_turn_id, event.reason)
 
 
-def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None, *, fast: bool = True,
-                opened: bool = False) -> Batch:
-    """The batch a decoded event carries, checked: ``CorruptLog`` unless ``messages`` has the
-    event's digest and is the canonical JSON of valid messages whose count and content bytes are
+def event_batch(event: BatchAppended | TurnReplaced, known: Batch | None = None, *,
+                content: bytes | None = None) -> Batch:
+    """The batch a decoded event carries, checked: ``CorruptLog`` unless its messages have the
+    event's digest and are the canonical JSON of valid messages whose count and content bytes are
     the event's, and a replacement turn starts with its user message.
 
     ``known`` is a batch this process wrote under the same record key and digest: when its
     canonical bytes are the event's it is returned without parsing (its digest is then the
     event's by construction). Otherwise the messages are validated in full, never skipped for a
-    matching digest (the digest is public): by ``schemas.fastpath`` for the common shapes, which
-    accepts exactly what the full model accepts and builds the same batch, else (and always
-    with ``fast=False``, the differential tests' reference) by ``Batch.from_canonical``, which
-    also gives the reason of a rejection. A sealed event is opened first (``open_event``).
+    matching digest (the digest is public), by ``Batch.from_canonical``, which also gives the
+    reason of a rejection.
 
-    ``opened=True`` says ``event`` is ``open_event``'s result, whose ``digest`` was computed here
-    from its ``messages`` (not read from a record): the fast path takes it instead of hashing
-    the same bytes again. Never pass it for a decoded plain event, whose digest is a claim.
+    A plain event's messages and digest are its fields. A sealed event's are ``content`` (what
+    ``open_content`` opened of it; required) and its ``sha256:``, computed once here, in memory:
+    the event stays sealed (no plain copy of it is built) and the batch's ``digest`` is the one
+    admission compares and stores.
     """
-    assert event.sealed is None  # Invariant: callers open a sealed event before reading its batch.
-    from_canonical, fast_batch = _batch_readers()
-    if known is not None and known.canonical_json() == event.messages:
+    if event.sealed is None:
+        assert content is None  # Invariant: a plain event's messages are its own.
+        messages = event.messages
+    else:
+        assert content is not None  # Invariant: callers open a sealed event before reading its batch.
+        messages = content
+    if known is not None and known.canonical_json() == messages:
         batch = known
     else:
-        found = (fast_batch(event.conversation_id, event.append_id, event.messages, event.digest if opened else None)
-                 if fast else None)
-        # The digest is checked first on both paths (so both give the same reason); the fast
-        # batch's digest is digest_of(messages) already, computed once.
-        if (found.digest if found is not None else digest_of(event.messages)) != event.digest:
+        # A plain event's digest is a claim, checked first. Opened content has no digest to
+        # check: its batch's is computed from it, once.
+        if content is None and digest_of(messages) != event.digest:
             raise CorruptLog("event messages do not match its digest", reason="digest mismatch")
-        if found is not None:
-            batch = found
-        else:
-            try:
-                batch = from_canonical(event.conversation_id, event.append_id, event.messages)
-            except HistoryError as e:
-                reason = f"messages are not canonical valid messages: {e}"[:300]
-                raise CorruptLog(reason, reason=reason) from None
+        try:
+            batch = _from_canonical()(event.conversation_id, event.append_id, messages)
+        except HistoryError as e:
+            reason = f"messages are not canonical valid messages: {e}"[:300]
+            raise CorruptLog(reason, reason=reason) from None
     if len(batch) != event.message_count or batch.content_bytes() != event.content_bytes:
         reason = "message_count or content_bytes does not match the messages"
         raise CorruptLog(reason, reason=reason)

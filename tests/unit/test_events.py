@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from schemas.errors import CorruptLog, HistoryError, InvalidConfiguration
-from schemas.event_content import event_batch, open_event
+from schemas.event_content import event_batch, open_content, open_event, seal_event
 from schemas.events import (
     BATCH_APPENDED_FINGERPRINT,
     BATCH_APPENDED_V1_FINGERPRINT,
@@ -311,17 +311,40 @@ def test_sealed_golden_opens_to_its_content(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", sorted(SEALED_GOLDENS))
-def test_an_opened_event_gives_the_batch_of_the_full_path(name: str) -> None:
-    """``event_batch(opened=True)`` takes the digest ``open_event`` computed instead of hashing
-    the content again: the batch is the full model's, digest included."""
+def test_opened_content_gives_the_batch_of_the_opened_event(name: str) -> None:
+    """``event_batch(sealed, content=open_content(...))`` checks the content without a plain event
+    being built: the batch (digest included) is the one of the opened event; a sealed event needs
+    its content, a plain one takes none."""
     key, _ = _golden_key(name)
     _, golden = load_golden(name)
-    opened = open_event(decode_event(golden), key)
-    assert isinstance(opened, (BatchAppended, TurnReplaced))
-    fast, full = event_batch(opened, opened=True), event_batch(opened, fast=False)
-    assert fast.digest == full.digest == opened.digest
-    assert fast.canonical_json() == full.canonical_json() == opened.messages
-    assert fast.messages == full.messages
+    sealed = decode_event(golden)
+    assert isinstance(sealed, (BatchAppended, TurnReplaced)) and sealed.sealed is not None
+    content = open_content(sealed, key)
+    opened = open_event(sealed, key)
+    batch, reference = event_batch(sealed, content=content), event_batch(opened)
+    assert batch.digest == reference.digest == opened.digest
+    assert batch.canonical_json() == reference.canonical_json() == opened.messages == content
+    assert batch.messages == reference.messages
+    with pytest.raises(AssertionError):
+        event_batch(sealed)
+    with pytest.raises(AssertionError):
+        event_batch(opened, content=content)
+
+
+def test_opened_content_is_checked_against_the_event() -> None:
+    """Opened content is no claim to trust: a count that is not the event's is poison (the
+    same reason as for a plain event), and so is content that is not canonical JSON."""
+    from schemas.batch import Batch
+    from schemas.messages import Message
+
+    key = DataKey.generate()
+    plain = BatchAppended.of(Batch("c", "a", [Message.user("hi"), Message.assistant("hello")]), 1_767_225_600_000)
+    wrong = dataclasses.replace(plain, message_count=3)
+    sealed = seal_event(wrong, key)
+    with pytest.raises(CorruptLog, match="message_count or content_bytes"):
+        event_batch(sealed, content=open_content(sealed, key))
+    with pytest.raises(CorruptLog, match="not canonical valid messages"):
+        event_batch(sealed, content=b'[{"role": "user"}]')
 
 
 @pytest.mark.parametrize("name", sorted(SEALED_GOLDENS))

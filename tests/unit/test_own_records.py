@@ -56,10 +56,10 @@ class Writer:
         return self._own(b, TurnReplaced.of(b, AT, old_turn_id, reason))
 
     def _own(self, b: Batch, plain: BatchAppended | TurnReplaced) -> Record:
-        own = Own(plain, plain, b, None)
+        own = Own(plain, b, None)
         if self.store is not None:
             key = self.store.create(b.conversation_id)
-            own = Own(seal_event(plain, key), plain, b, key)
+            own = Own(seal_event(plain, key), b, key)
         return record_key(b.conversation_id, b.append_id), encode_event(own.event), own
 
 
