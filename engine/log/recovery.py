@@ -107,14 +107,15 @@ class Recovery:
             raise CorruptLog(
                 f"file log {self.root}: partition {partition}'s directory {pdir} is missing, but "
                 f"{fmt.META_FILE} says the log has {self.partitions} partitions (each directory is made "
-                "with the log): its records are lost. Restore the directory from a backup; nothing "
-                "was changed", reason="missing partition", position=LogPosition(partition, 0))
+                f"with the log): its records are lost{self._gone(partition)}. Restore the directory from "
+                "a backup; nothing was changed", reason="missing partition", position=LogPosition(partition, 0))
         segments = [Segment(base, sp, sp.stat().st_size, None) for base, sp in fmt.list_segments(pdir)]
         if not segments:
             raise CorruptLog(
                 f"file log {self.root}: partition {partition} has no segment files in {pdir} (the first "
-                "one is made with the log): its records are lost. Restore the segment files from a "
-                "backup; nothing was changed", reason="missing segments", position=LogPosition(partition, 0))
+                f"one is made with the log): its records are lost{self._gone(partition)}. Restore the "
+                "segment files from a backup; nothing was changed", reason="missing segments",
+                position=LogPosition(partition, 0))
         if segments[0].base != 0:
             raise CorruptLog(f"file log {self.root}: partition {partition} starts with segment "
                              f"{segments[0].path.name}; the segments before it are missing: restore "
@@ -130,6 +131,15 @@ class Recovery:
         else:
             detail = f"it ends at offset {end} (newest segment {tail.path.name})"
         return Plan(partition, segments, positions, cut, self.shortfall(partition, end, detail), scanned, crc)
+
+    def _gone(self, partition: int) -> str:
+        """How much of ``partition`` is gone when none of its files is left: the state's checkpoint
+        (what it had applied, so was acknowledged) against the log's end, now 0."""
+        if self.acknowledged is None:
+            return " (no state's checkpoint to tell how many; the log now ends at offset 0)"
+        applied = self.acknowledged[partition]
+        return (f" (the state's checkpoint shows {applied} record(s) of this partition applied: expected end "
+                f"offset {applied}, found 0, where the log now ends)")
 
     def shortfall(self, partition: int, found: int, detail: str) -> LostRecords | None:
         """Compare a partition's end with the evidence: ``None`` when it has every acknowledged

@@ -65,3 +65,37 @@ def test_the_state_checkpoints_refuse_a_log_that_lost_an_acknowledged_record(dat
     with FileLog(data / "log", None, fsync="interval", acknowledged=evidence) as log:
         [lost] = log.lost
         assert (lost.partition, lost.expected_end, lost.found_end) == (p, evidence[p], evidence[p] - 1)
+
+
+def _busiest(evidence: list[int]) -> int:
+    return max(range(len(evidence)), key=lambda p: evidence[p])
+
+
+@pytest.mark.parametrize("deleted", ["partition directory", "segment files"])
+def test_an_engine_whose_partition_lost_every_file_says_how_much_is_gone(data: Path, deleted: str) -> None:
+    """The open is refused, the state kept, and the message gives both numbers a restore needs:
+    the records the state's checkpoint had applied, and where the log now ends (0)."""
+    evidence = state_evidence(data / "state")
+    p = _busiest(evidence)
+    pdir = fmt.partition_dir(data / "log", p)
+    for _, seg in fmt.list_segments(pdir):
+        seg.unlink()
+    if deleted == "partition directory":
+        for leftover in pdir.iterdir():  # the tail index, if a clean close saved one
+            leftover.unlink()
+        pdir.rmdir()
+    with pytest.raises(CorruptLog) as info:
+        HistoryEngine.open(data, partitions=2)
+    message = str(info.value)
+    assert f"partition {p}" in message and f"{evidence[p]} record(s) of this partition applied" in message
+    assert f"expected end offset {evidence[p]}, found 0" in message and "restore" in message.lower()
+    assert info.value.reason == ("missing partition" if deleted == "partition directory" else "missing segments")
+    assert state_evidence(data / "state") == evidence  # the state is kept as evidence
+
+
+def test_a_log_without_evidence_says_it_cannot_tell_how_much_is_gone(data: Path) -> None:
+    pdir = fmt.partition_dir(data / "log", 0)
+    for _, seg in fmt.list_segments(pdir):
+        seg.unlink()
+    with pytest.raises(CorruptLog, match="no state's checkpoint to tell how many; the log now ends at offset 0"):
+        FileLog(data / "log", None)
