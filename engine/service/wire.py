@@ -289,7 +289,7 @@ def append_body_of(body: bytes) -> AppendBody:
     if not isinstance(tree, dict):
         raise InvalidRequest(f'request body: expected a JSON object {{"messages": [...]}}, got {_kind(tree)}')
     try:
-        parsed = AppendBody.model_validate({k: v if k == "messages" else _plain(v) for k, v in tree.items()})
+        parsed = AppendBody.model_validate({k: v if k == "messages" else _plain(v, k) for k, v in tree.items()})
     except ValidationError as exc:
         raise _fail(exc, "request", _BATCH_FIELDS) from None
     if parsed.expected_last is not None and parsed.replaces is not None:
@@ -297,15 +297,23 @@ def append_body_of(body: bytes) -> AppendBody:
     return parsed
 
 
-def _plain(tree: Any) -> Any:
-    """``tree`` with its exact numbers as Python numbers (the envelope around the messages, whose
-    number spellings do not matter)."""
+def _plain(tree: Any, field: str) -> Any:
+    """``tree`` (the value of the envelope member ``field``, around the messages, whose number
+    spellings do not matter) with its exact numbers as Python numbers. ``InvalidRequest`` naming
+    the member for a number no double holds (``1e999``, 400 nines): nothing in the envelope takes
+    one, so it is refused here, as a bad value of that member."""
     if isinstance(tree, dict):
-        return {k: _plain(v) for k, v in tree.items()}
+        return {k: _plain(v, f"{field}.{k}") for k, v in tree.items()}
     if isinstance(tree, list):
-        return [_plain(v) for v in tree]
+        return [_plain(v, f"{field}[{i}]") for i, v in enumerate(tree)]
     if isinstance(tree, _Num):
-        return orjson.loads(tree.text)
+        try:
+            return orjson.loads(tree.text)
+        except orjson.JSONDecodeError:
+            shown = tree.text if len(tree.text) <= 24 else f"{tree.text[:20]}... ({len(tree.text)} characters)"
+            raise InvalidRequest(f"request body: {field}: the number {shown} is out of range (no member of "
+                                 "an append body takes a number beyond a 64-bit float); send it as the "
+                                 "contract says (docs/service.md)") from None
     return tree
 
 

@@ -51,3 +51,24 @@ def short_waits(monkeypatch: pytest.MonkeyPatch) -> None:
                                  HealthCheck.filter_too_much, HealthCheck.data_too_large])
 def test_generated_requests_get_documented_answers_and_no_5xx(case: Case[Any], served: Served) -> None:
     case.call_and_validate(base_url=served.url, checks=CHECKS, timeout=10)
+
+
+_ONE = b'{"role":"user","parts":[{"kind":"text","text":"a"}]}'
+SEEDS = [
+    b'{"messages": [' + _ONE + b'], "expected_last": 1e999}',
+    b'{"messages": [' + _ONE + b'], "expected_last": -1e999}',
+    b'{"messages": [' + _ONE + b'], "expected_last": ' + b"9" * 400 + b"}",
+    b'{"messages": [' + _ONE + b'], "replaces": {"turn_id": "t", "reason": 1e999}}',
+    b'{"messages": [' + _ONE + b'], "expected_last": {"conversation_id": "c", "append_id": "a", "digest": '
+    b'"sha256:' + b"0" * 64 + b'", "position": {"partition": 1e999, "offset": 0}}}',
+    b'{"messages": [' + _ONE + b'], "unknown": 1e999}',
+]
+"""Bodies that once got a 500 (numbers no double holds, in the envelope): the fuzzer's seeds."""
+
+
+@pytest.mark.parametrize("body", SEEDS, ids=range(len(SEEDS)))
+def test_seeded_hostile_bodies_get_documented_answers_and_no_5xx(body: bytes, served: Served) -> None:
+    case = schema["/v1/conversations/{c}/appends/{a}"]["PUT"].Case(
+        path_parameters={"c": "seeded", "a": "a1"}, body=body, media_type="application/json")
+    response = case.call_and_validate(base_url=served.url, checks=CHECKS, timeout=10)
+    assert response.status_code == 400 and response.json()["title"] == "InvalidRequest", response.text

@@ -58,6 +58,20 @@ def problem(result: tuple[int, dict[str, str], Any], status: int, title: str, *w
     ('{"messages": [' + '{"role":"user","parts":[{"kind":"text","text":"a"}]}' + '], "replaces": '
      '{"turn_id": "t", "reason": "edit"}, "expected_last": "empty"}', "InvalidRequest", ("not both",)),
     (b'{"messages": "\xff"}', "InvalidRequest", ("UTF-8",)),
+    # numbers no double holds, wherever they are in the envelope
+    ('{"messages": [' + '{"role":"user","parts":[{"kind":"text","text":"a"}]}' + '], "expected_last": 1e999}',
+     "InvalidRequest", ("expected_last", "1e999", "out of range")),
+    ('{"messages": [' + '{"role":"user","parts":[{"kind":"text","text":"a"}]}' + '], "expected_last": -1e999}',
+     "InvalidRequest", ("expected_last", "-1e999", "out of range")),
+    ('{"messages": [' + '{"role":"user","parts":[{"kind":"text","text":"a"}]}' + '], "expected_last": '
+     + "9" * 400 + '}', "InvalidRequest", ("expected_last", "400 characters", "out of range")),
+    ('{"messages": [' + '{"role":"user","parts":[{"kind":"text","text":"a"}]}' + '], "replaces": '
+     '{"turn_id": "t", "reason": 1e999}}', "InvalidRequest", ("replaces.reason", "out of range")),
+    ('{"messages": [' + '{"role":"user","parts":[{"kind":"text","text":"a"}]}' + '], "expected_last": '
+     '{"conversation_id": "c", "append_id": "a", "digest": "sha256:' + "0" * 64 + '", '
+     '"position": {"partition": 0, "offset": 1e999}}}', "InvalidRequest", ("expected_last.position.offset",)),
+    ('{"messages": [' + '{"role":"user","parts":[{"kind":"text","text":"a"}]}' + '], "unknown": [1, 1e999]}',
+     "InvalidRequest", ("unknown[1]", "out of range")),
 ])
 def test_a_bad_append_body_is_a_400_naming_the_field(served: Served, body: str | bytes, title: str,
                                                       words: tuple[str, ...]) -> None:
