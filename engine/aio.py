@@ -22,9 +22,13 @@ where each step runs.
   ``timeout`` (then ``CommitUnconfirmed``, as on the thread face), and a timed-out or cancelled
   write releases its ticket (one cancelled during a pooled submit: once the submit ends).
 
+**Waits** for a log position (``wait_applied``, so every ``at_least`` of the service) hold no
+thread either: a future the projector resolves after the step that applies the position, or on
+its failure or the partition's revoke (``projections.waiting.Positions.when_applied``); a wait
+that times out or is cancelled removes its waiter.
+
 **Reads** whose cost is small and bounded by their arguments run on the loop itself: ``window``
-and ``entries`` asked for at most ``INLINE_MESSAGES`` messages, ``measure`` (two point reads),
-and ``wait_applied`` of a position already applied (a check, no wait). Every other read runs on
+and ``entries`` asked for at most ``INLINE_MESSAGES`` messages, ``measure`` (two point reads). Every other read runs on
 the loop's default executor (``asyncio.to_thread``): an unbounded read (a whole history) would
 stall every coroutine of the loop. Measured on the development VM (2 cores) through the service,
 ``window(20)`` of a 100-message conversation: the hand-off to a thread cost about 0.25 ms at p50
@@ -40,8 +44,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import ParamSpec, TypeVar
 
-from engine.arguments import Empty
+from engine.arguments import Empty, check_timeout
 from engine.facade import EngineStats, HistoryEngine
+from engine.reading import at_least_position
 from engine.writes import Submitted, Written, receipt_of
 from projections.admission import Decision
 from projections.delivery import Ticket
@@ -74,6 +79,11 @@ T = TypeVar("T")
 
 async def _off_loop(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 def _release_abandoned(job: asyncio.Future[Submitted]) -> None:
@@ -159,12 +169,42 @@ class AsyncHistoryEngine:
                           conversation_id if isinstance(conversation_id, str) else "")
 
     async def wait_applied(self, position: LogPosition, timeout: float = 30.0) -> None:
-        if not self.engine._has_applied(position):
-            await _off_loop(self.engine.wait_applied, position, timeout)
+        """``HistoryEngine.wait_applied`` without a thread: the wait is a future the projector
+        resolves (``Positions.when_applied``), so any number of waiters hold no worker."""
+        engine = self.engine
+        if engine._has_applied(position):
+            return
+        engine._check_waitable(position, timeout)
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:  # on the projector's thread, under its lock: hand off only
+            loop.call_soon_threadsafe(_settle, woken)
+
+        projector = engine._projector
+        cancel = projector.when_applied(position, wake)
+        if cancel is None:
+            return
+        try:
+            await asyncio.wait_for(woken, timeout)
+        except TimeoutError:
+            cancel()
+            projector.after_wait(position)
+            if engine._has_applied(position):  # applied as the time ran out
+                return
+            raise engine._not_applied(position, timeout) from None
+        except BaseException:  # cancelled: nothing of the waiter is left behind
+            cancel()
+            raise
+        projector.after_wait(position)
 
     # -- reads
     async def read(self, conversation_id: str, at_least: Receipt | None = None, timeout: float = 30.0) -> list[Message]:
-        return await _off_loop(self.engine.read, conversation_id, at_least, timeout)
+        if at_least is not None:  # the facade's checks first, then the wait on the loop, then the read
+            check_timeout(timeout)
+            self.engine._ready(ConversationID(conversation_id))
+            await self.wait_applied(at_least_position(at_least), timeout)
+        return await _off_loop(self.engine.read, conversation_id, None, timeout)
 
     async def conversations(self, prefix: str | None = None, after: str | None = None,
                             limit: int | None = None) -> list[ConversationID]:

@@ -33,7 +33,14 @@ from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
 from schemas.records import partition_for_key
 
-__all__ = ["EngineReads"]
+__all__ = ["EngineReads", "at_least_position"]
+
+
+def at_least_position(receipt: Receipt) -> LogPosition:
+    """The log position an ``at_least=receipt`` waits for (``TypeError`` for anything but a Receipt)."""
+    if not isinstance(receipt, Receipt):
+        raise TypeError(f"at_least must be a Receipt, got {type(receipt).__name__}")
+    return receipt.position
 
 
 class EngineReads:
@@ -88,14 +95,19 @@ class EngineReads:
         return self._reads.messages(c)
 
     def _wait_for(self, receipt: Receipt, timeout: float) -> None:
-        if not isinstance(receipt, Receipt):
-            raise TypeError(f"at_least must be a Receipt, got {type(receipt).__name__}")
-        self.wait_applied(receipt.position, timeout)
+        self.wait_applied(at_least_position(receipt), timeout)
 
     def wait_applied(self, position: LogPosition, timeout: float = 30.0) -> None:
         """Return once this instance has applied the log ``position`` (read-your-writes with a
         position from anywhere, e.g. a ``Receipt``'s), at most ``timeout`` seconds, else
         ``LogUnavailable``."""
+        self._check_waitable(position, timeout)
+        if not self._projector.wait_applied(position, timeout):
+            raise self._not_applied(position, timeout)
+
+    def _check_waitable(self, position: LogPosition, timeout: float) -> None:
+        """The checks of ``wait_applied``'s arguments and of the engine, before any wait (the
+        asyncio face's wait makes them too)."""
         check_timeout(timeout)
         if not isinstance(position, LogPosition):
             raise TypeError(f"a log position must be a LogPosition, got {type(position).__name__}")
@@ -103,10 +115,11 @@ class EngineReads:
             raise InvalidReceipt(f"log position {position} names partition {position.partition}, but this log "
                                  f"has {self._log.partitions} (0..{self._log.partitions - 1}): use a position it gave")
         self._check_open()
-        if not self._projector.wait_applied(position, timeout):
-            raise LogUnavailable(
-                f"this instance has not applied {position} within {timeout}s; "
-                "check `histlog stats` (lag) and that the log is reachable, then retry")
+
+    @staticmethod
+    def _not_applied(position: LogPosition, timeout: float) -> LogUnavailable:
+        return LogUnavailable(f"this instance has not applied {position} within {timeout}s; "
+                              "check `histlog stats` (lag) and that the log is reachable, then retry")
 
     def _has_applied(self, position: LogPosition) -> bool:
         """Whether ``position`` is applied already (no wait; False for anything ``wait_applied``

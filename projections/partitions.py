@@ -18,6 +18,7 @@ from projections import keys
 from projections.delivery import Deliveries
 from projections.rows import Stats
 from projections.store import StateStore, Tx
+from projections.waiting import Wake
 from schemas.errors import NotOwner
 from schemas.records import partition_for_key
 
@@ -69,7 +70,7 @@ class Ownership:
     _step_lock: threading.Lock
     _applied: list[int]
     _stats: list[Stats]
-    _waiters: list[list[tuple[int, int, threading.Event]]]
+    _waiters: list[list[tuple[int, int, Wake]]]
     _cursor: _Cursor | None
     _owned: frozenset[int]
     _catching: dict[int, int]  # taken on -> the log end seen then, until applied reaches it
@@ -126,8 +127,8 @@ class Ownership:
             self._owned = self._owned - gone
             for p in gone:
                 self._catching.pop(p, None)
-                for _, _, event in self._waiters[p]:
-                    event.set()
+                for _, _, wake in self._waiters[p]:
+                    wake()
                 self._waiters[p].clear()
             self._cond.notify_all()  # ``wait_offsets`` stops waiting for them
         self.deliveries.abandon(lambda key: partition_for_key(key, self.partitions) in gone)

@@ -49,7 +49,7 @@ from projections.events import ClearEvent, ProjectedEvent
 from projections.partitions import Ownership, PartitionState
 from projections.rows import Stats, checkpoint_value, read_checkpoint_stats
 from projections.store import DamagedState, StateStore, Tx
-from projections.waiting import Positions
+from projections.waiting import Positions, Wake
 from schemas.errors import DuplicateProjection, LogUnavailable, ProjectionError, StateUnavailable
 from schemas.positions import LogPosition
 from schemas.records import KEY_SEPARATOR, read_record_conv
@@ -120,9 +120,9 @@ class Projector(Ownership, Positions):
         self.applied_records = [0] * partitions
         """Records applied per partition since this projector started (what a resume re-applied)."""
         self._cond = threading.Condition()
-        # Writers waiting on one position each: (offset, event) heaps per partition, so a step
-        # wakes exactly the writers it decided instead of every waiting thread.
-        self._waiters: list[list[tuple[int, int, threading.Event]]] = [[] for _ in range(partitions)]
+        # Readers waiting on one position each: (offset, seq, wake) heaps per partition, so a step
+        # wakes exactly the waiters it applied instead of every waiting thread.
+        self._waiters: list[list[tuple[int, int, Wake]]] = [[] for _ in range(partitions)]
         self._waiter_seq = 0
         self._applied = checkpoints(store, partitions)
         self._stats = [read_checkpoint_stats(store.get(keys.checkpoint_key(CORE, p))) for p in range(partitions)]
@@ -189,8 +189,8 @@ class Projector(Ownership, Positions):
                         self.failure = e
                         self._cond.notify_all()
                         for heap in self._waiters:
-                            for _, _, event in heap:
-                                event.set()
+                            for _, _, wake in heap:
+                                wake()
                             heap.clear()
                     self.deliveries.fail(self._failed_now)
                     return

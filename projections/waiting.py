@@ -14,13 +14,18 @@ from __future__ import annotations
 
 import heapq
 import threading
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, TypeAlias
 
 from schemas.errors import NotOwner, StateUnavailable
 from schemas.positions import LogPosition
 
-__all__ = ["Positions"]
+__all__ = ["Positions", "Wake"]
+
+Wake: TypeAlias = Callable[[], None]
+"""Called once, on the projector's thread and under its lock, when a waited-for position is
+applied, or the projector fails, or the partition is revoked: it must only hand off (set an
+event, ``call_soon_threadsafe``), never block or take the lock."""
 
 
 class Positions:
@@ -31,7 +36,7 @@ class Positions:
     _cond: threading.Condition
     _owned: frozenset[int]
     _applied: list[int]
-    _waiters: list[list[tuple[int, int, threading.Event]]]  # (offset, seq, event) heaps per partition
+    _waiters: list[list[tuple[int, int, Wake]]]  # (offset, seq, event) heaps per partition
     _waiter_seq: int
     _erasing: list[dict[int, int]]  # per partition: eraser job -> the offset of its first clear there
 
@@ -49,7 +54,7 @@ class Positions:
         for p, heap in enumerate(self._waiters):
             visible = self._visible(p)
             while heap and heap[0][0] < visible:
-                heapq.heappop(heap)[2].set()
+                heapq.heappop(heap)[2]()
         self._cond.notify_all()
 
     def _hold_locked(self, job: int, positions: Iterable[LogPosition]) -> None:
@@ -72,6 +77,21 @@ class Positions:
 
     def wait_applied(self, position: LogPosition, timeout: float | None) -> bool:
         """Wait until ``position`` has been applied. False on timeout; raises if the projector failed."""
+        event = threading.Event()
+        cancel = self.when_applied(position, event.set)
+        if cancel is None:
+            return True
+        if not event.wait(timeout):
+            cancel()
+        self.after_wait(position)
+        return event.is_set()
+
+    def when_applied(self, position: LogPosition, wake: Wake) -> Callable[[], None] | None:
+        """``None`` when ``position`` is applied already; else call ``wake`` once (see ``Wake``)
+        when it is, or the projector fails, or its partition is revoked (``after_wait`` then tells
+        which), and return the waiter's cancel: a waiter that gives up (a timeout) calls it, so
+        nothing is left behind for a position that never comes. Raises as ``wait_applied`` does.
+        The thread face waits on an event, the asyncio face on a future: neither holds a thread."""
         p, o = position.partition, position.offset
         with self._cond:
             if self.failure is not None:
@@ -79,17 +99,27 @@ class Positions:
             if p not in self._owned:
                 raise self._not_owner(p)
             if self._visible(p) > o:
-                return True
-            event = threading.Event()
+                return None
             self._waiter_seq += 1
-            heapq.heappush(self._waiters[p], (o, self._waiter_seq, event))
-        ok = event.wait(timeout)
+            entry = (o, self._waiter_seq, wake)
+            heapq.heappush(self._waiters[p], entry)
+
+        def cancel() -> None:
+            with self._cond:
+                heap = self._waiters[p]
+                if entry in heap:  # not woken (nor cleared) meanwhile
+                    heap.remove(entry)
+                    heapq.heapify(heap)
+        return cancel
+
+    def after_wait(self, position: LogPosition) -> None:
+        """Raise what ended a wait for ``position`` other than its being applied: the projector's
+        failure, or the partition revoked meanwhile."""
         if self.failure is not None:
             raise self._failed_now()
         with self._cond:
-            if p not in self._owned:  # revoked while waiting
-                raise self._not_owner(p)
-        return ok
+            if position.partition not in self._owned:  # revoked while waiting
+                raise self._not_owner(position.partition)
 
     def wait_offsets(self, targets: Sequence[int], timeout: float | None) -> bool:
         """Wait until every owned partition has applied up to ``targets[p]`` (exclusive); one

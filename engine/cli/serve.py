@@ -40,6 +40,7 @@ from engine.service.app import build_app
 from engine.service.auth import DEFAULT_MAX_BODY
 from engine.service.forward import Forwarder
 from engine.service.health import Readiness, observability
+from engine.service.routes import DEFAULT_MAX_WAITERS
 
 __all__ = ["DEFAULT_LISTEN", "DRAIN_TIMEOUT", "Cluster", "advertised_url", "cluster_of", "cmd_serve", "listen_address",
            "token_of"]
@@ -193,6 +194,8 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
                          "or --insecure if the network is yours alone")
     if ns.max_body <= 0:
         raise UsageError(f"invalid --max-body {ns.max_body}: expected a positive number of bytes")
+    if ns.max_waiters < 0:
+        raise UsageError(f"invalid --max-waiters {ns.max_waiters}: expected 0 or more reads")
     if ns.partitions is not None and ns.partitions <= 0:
         raise UsageError(f"invalid --partitions {ns.partitions}: expected a positive count (the log's, when created)")
     cluster = cluster_of(ns, target)
@@ -216,7 +219,8 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
                 if isinstance(readiness, ClusterReadiness):
                     readiness.probe = extras.metrics.probe  # /readyz never waits on the broker either
                 member.on_revoked.append(extras.hub.revoked)  # streams follow their partition
-            app = build_app(engine, token=token, max_body=ns.max_body, extra_ops=extras.ops,
+            app = build_app(engine, token=token, max_body=ns.max_body, max_waiters=ns.max_waiters,
+                            extra_ops=extras.ops,
                             extra_routes=[*extras.readiness.routes, *extras.metrics.routes],
                             middleware=[extras.middleware],
                             ownership=None if member is None else member.ownership)
@@ -242,6 +246,9 @@ def add_serve(command: argparse.ArgumentParser, integer: type[int] | object) -> 
                          help="allow a non-loopback --listen without a token")
     command.add_argument("--max-body", metavar="BYTES", type=integer, default=DEFAULT_MAX_BODY,  # type: ignore[arg-type]
                          help=f"the largest request body accepted (default {DEFAULT_MAX_BODY}); larger is a 413")
+    command.add_argument("--max-waiters", metavar="N", type=integer, default=DEFAULT_MAX_WAITERS,  # type: ignore[arg-type]
+                         help=f"how many reads may wait for an at_least position at once (default "
+                              f"{DEFAULT_MAX_WAITERS}); one more is a 503 at once")
     command.add_argument("--partitions", metavar="N", type=integer, default=None,  # type: ignore[arg-type]
                          help="the log's partition count when this creates it (default 1); an existing log "
                               "with another count is refused")

@@ -44,7 +44,7 @@ from engine.service.auth import DEFAULT_MAX_BODY, BearerAuth, BodyTooLarge, read
 from engine.service.dispatch import Dispatch, Endpoint
 from engine.service.forward import Forwarder, is_forwarded
 from engine.service.problems import CONTENT_TYPE, problem_of, retry_after, status_of
-from engine.service.routes import OPS, Context, Handler, Op
+from engine.service.routes import DEFAULT_MAX_WAITERS, OPS, Context, Handler, Op, Waiters
 from engine.service.routing import Forward, Ownership, Router, parse_query, segment
 from schemas.errors import HistoryError, InvalidRequest, NotFound
 from schemas.ids import ConversationID
@@ -127,12 +127,14 @@ class Service:
 
 
 def build_app(engine: HistoryEngine, *, token: str | None = None, max_body: int = DEFAULT_MAX_BODY,
-              extra_ops: Sequence[Op] = (), extra_routes: Sequence[BaseRoute] = (),
-              middleware: Sequence[Middleware] = (), ownership: Ownership | None = None) -> Service:
+              max_waiters: int = DEFAULT_MAX_WAITERS, extra_ops: Sequence[Op] = (),
+              extra_routes: Sequence[BaseRoute] = (), middleware: Sequence[Middleware] = (),
+              ownership: Ownership | None = None) -> Service:
     """The service over ``engine`` (which the caller keeps and closes). ``token``: required as
     ``Authorization: Bearer`` on every path but /healthz, /readyz, /openapi.json. ``ownership``:
     a cluster member's source of its current ``OwnershipMap`` (None: serve every conversation
     here); the app's ``Forwarder`` is ``.forwarder`` (close it with ``aclose`` on shutdown).
+    ``max_waiters``: how many reads may wait for an ``at_least`` position at once (then 503).
 
     The layers, outermost first: ``BearerAuth`` (with a token), ``middleware`` (e.g. the request
     metrics), ``Dispatch`` (every operation of the table), then a Starlette app for the other
@@ -141,8 +143,10 @@ def build_app(engine: HistoryEngine, *, token: str | None = None, max_body: int 
     operation's failures are answered by its guard, so Starlette's error middleware adds nothing."""
     if max_body <= 0:
         raise ValueError(f"max_body must be positive, got {max_body}")
+    if max_waiters < 0:
+        raise ValueError(f"max_waiters must be 0 or more, got {max_waiters}")
     forwarder = None if ownership is None else Forwarder()
-    ctx = Context(Router(AsyncHistoryEngine(engine), ownership), max_body, forwarder)
+    ctx = Context(Router(AsyncHistoryEngine(engine), ownership), max_body, forwarder, Waiters(max_waiters))
     ops = (*OPS, *extra_ops)
     document = orjson.dumps(openapi.document(ops))
 

@@ -25,26 +25,38 @@ from engine.service.auth import read_body
 from engine.service.forward import Forwarder, is_forwarded
 from engine.service.routing import Param, Router, segment
 from schemas.batch import Batch, Receipt
-from schemas.errors import NotReady
+from schemas.errors import LogUnavailable, NotReady
 from schemas.positions import HistoryPosition
 
-__all__ = ["OPS", "Context", "Op", "json_response", "merge_pages"]
+__all__ = ["DEFAULT_MAX_WAITERS", "OPS", "Context", "Op", "Waiters", "json_response", "merge_pages"]
 
 AT_LEAST_TIMEOUT = 10.0
 """How long a read with ``at_least`` waits for this instance to apply that position (then 503)."""
+DEFAULT_MAX_WAITERS = 1000
+"""How many reads may wait for a log position (``at_least``) at once, by default (``--max-waiters``):
+a wait holds no thread, only a future and a connection; past the bound a read is a 503 at once."""
 PAGE_DEFAULT = 1000
 """``GET /v1/conversations`` answers at most this many ids per page unless ``limit`` says fewer."""
 PAGE_MAX = 10_000
 
 
+@dataclass(slots=True)
+class Waiters:
+    """The reads waiting for a log position now, and how many may (on the loop: no lock)."""
+
+    limit: int
+    count: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What every handler may use: the router (which engine), the body limit, and in a cluster
-    the forwarder to the other members."""
+    """What every handler may use: the router (which engine), the body limit, the waiting reads,
+    and in a cluster the forwarder to the other members."""
 
     router: Router
     max_body: int
     forwarder: Forwarder | None = None
+    waiters: Waiters = field(default_factory=lambda: Waiters(DEFAULT_MAX_WAITERS))
 
 
 Handler = Callable[[Request, Context, dict[str, Any]], Awaitable[Response]]
@@ -80,8 +92,21 @@ def json_response(tree: Any, status: int = 200) -> Response:
 
 
 async def _at_least(ctx: Context, c: str, query: dict[str, Any]) -> None:
-    if "at_least" in query:
-        await ctx.router.engine(c).wait_applied(query["at_least"], AT_LEAST_TIMEOUT)
+    """Wait (on the loop, no thread) until ``at_least`` is applied here; at most
+    ``ctx.waiters.limit`` reads wait at once, one more is a 503 at once."""
+    if "at_least" not in query:
+        return
+    engine, position, waiters = ctx.router.engine(c), query["at_least"], ctx.waiters
+    if engine.engine._has_applied(position):
+        return
+    if waiters.count >= waiters.limit:
+        raise LogUnavailable(f"at_least: {waiters.count} reads are already waiting for log positions on this "
+                             f"server, its --max-waiters; retry shortly, or serve with a larger --max-waiters")
+    waiters.count += 1
+    try:
+        await engine.wait_applied(position, AT_LEAST_TIMEOUT)
+    finally:
+        waiters.count -= 1
 
 
 # ----- handlers
