@@ -230,3 +230,27 @@ def test_with_the_token_v1_answers_and_openapi_needs_none(guarded: str) -> None:
     assert call(guarded, "GET", "/v1/stats", headers={"Authorization": "Bearer s3cret"})[0] == 200
     assert call(guarded, "GET", "/v1/stats", headers={"Authorization": "bearer s3cret"})[0] == 200
     assert call(guarded, "GET", "/openapi.json")[0] == 200
+
+
+@pytest.mark.parametrize("framing", ["content-length", "chunked"])
+def test_a_client_that_sends_its_whole_big_body_before_reading_gets_the_413(small: str, framing: str) -> None:
+    """20 MB sent in full before the answer is read: the server discards the body it refused
+    and the 413 arrives (a connection closed on unread data would reach the client as a reset)."""
+    host, port = small.removeprefix("http://").rsplit(":", 1)
+    body = b"x" * (20 * 1024 * 1024)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        if framing == "content-length":
+            sock.sendall(f"PUT {APPEND} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n\r\n".encode())
+            sock.sendall(body)
+        else:
+            sock.sendall(f"PUT {APPEND} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n".encode())
+            step = 1024 * 1024
+            for at in range(0, len(body), step):
+                sock.sendall(b"%x\r\n%s\r\n" % (step, body[at:at + step]))
+            sock.sendall(b"0\r\n\r\n")
+        head = b""
+        while b"\r\n\r\n" not in head:
+            more = sock.recv(4096)
+            assert more, head
+            head += more
+    assert head.startswith(b"HTTP/1.1 413 ") and b"application/problem+json" in head
