@@ -50,8 +50,10 @@ from schemas.errors import (
     HistoryError,
     InvalidConfiguration,
     InvalidProjection,
+    LogUnavailable,
     NotFound,
     ProjectionError,
+    StateUnavailable,
 )
 
 __all__ = ["EMPTY", "EngineStats", "HistoryEngine", "PartitionState", "Progress"]
@@ -338,6 +340,15 @@ class HistoryEngine(EngineReads):
         return EngineStats(ends, applied, lag, s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt,
                            s.precondition_failed, s.not_replaceable, sorted(owned),
                            list(self._projector.applied_records), s.cleared, s.erased)
+
+    def fail_stopped(self) -> LogUnavailable | StateUnavailable | None:
+        """The error this engine now answers every write with because it fail-stopped, or None:
+        its projector stopped on a state store failure (``StateUnavailable``: every read and write
+        refused), or its log did (a FileLog after a failed write or fsync: ``LogUnavailable``,
+        every append refused). Neither recovers while this engine is open; close and reopen it
+        once the cause (a full disk...) is gone. No I/O: a readiness probe may ask it often."""
+        state = self._projector.failed()
+        return state if state is not None else self._log.failure()
 
     # -- custom projections ----------------------------------------------------------------------
     def register(self, projection: Projection, wait: bool = True, *, progress: Progress | None = None) -> None:

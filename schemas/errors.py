@@ -224,7 +224,11 @@ class CommitUnconfirmed(HistoryError):
 
 
 class LogUnavailable(HistoryError):
-    """The log backend cannot take or serve records now (broker down, fail-stopped file log...)."""
+    """The log backend cannot take or serve records now (broker down, fail-stopped file log...).
+    ``retryable`` is False when a retry against the same open engine cannot succeed (a
+    fail-stopped file log: only a reopen recovers it)."""
+
+    retryable: bool = True
 
 
 class Unauthorized(HistoryError):

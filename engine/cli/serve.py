@@ -23,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,15 +33,17 @@ from urllib.parse import urlsplit, urlunsplit
 
 import uvicorn
 
-from engine.cli.exits import OK, UsageError
+from engine.cli.exits import OK, UNAVAILABLE, UsageError
 from engine.cli.target import Target
 from engine.cluster.member import ClusterCollector, ClusterMember, ClusterReadiness
 from engine.cluster.membership import DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT
+from engine.render import one_line
 from engine.service.app import build_app
 from engine.service.auth import DEFAULT_MAX_BODY
 from engine.service.forward import Forwarder
 from engine.service.health import Readiness, observability
 from engine.service.routes import DEFAULT_MAX_WAITERS
+from schemas.errors import HistoryError
 
 __all__ = ["DEFAULT_LISTEN", "DRAIN_TIMEOUT", "Cluster", "advertised_url", "cluster_of", "cmd_serve", "listen_address",
            "token_of"]
@@ -48,6 +51,9 @@ __all__ = ["DEFAULT_LISTEN", "DRAIN_TIMEOUT", "Cluster", "advertised_url", "clus
 DEFAULT_LISTEN = "127.0.0.1:8420"
 DRAIN_TIMEOUT = 10
 """Seconds the requests in flight get to finish after SIGTERM before their connections are closed."""
+FAIL_STOP_GRACE = 3.0
+"""Seconds a fail-stopped server keeps answering (``/readyz`` 503, so a load balancer takes it out)
+before it drains and exits 4 for its supervisor to restart it (see ``_Server``)."""
 
 
 def listen_address(text: str) -> tuple[str, int]:
@@ -154,11 +160,36 @@ class _Server(uvicorn.Server):
     process before the engine is closed)."""
 
     def __init__(self, config: uvicorn.Config, out: TextIO, on_shutdown: Callable[[], None],
-                 forwarder: Forwarder | None = None) -> None:
+                 forwarder: Forwarder | None = None,
+                 fail_stopped: Callable[[], HistoryError | None] = lambda: None) -> None:
         super().__init__(config)
         self._out = out
         self._on_shutdown = on_shutdown
         self._forwarder = forwarder
+        self._fail_stopped = fail_stopped
+        self.stopped_by: HistoryError | None = None
+        """The engine's fail-stop that ended the server (then ``cmd_serve`` exits 4), or None."""
+        self._stopped_at = 0.0
+
+    async def on_tick(self, counter: int) -> bool:
+        """uvicorn's tick (every 0.1 s): once a second, whether the engine fail-stopped. A
+        fail-stopped engine recovers only by a reopen (the log's torn tail cut, the state
+        resumed or rebuilt), which a restart of the process does with nothing acknowledged lost:
+        so the server says so on ``/readyz`` for ``FAIL_STOP_GRACE`` seconds, then drains and
+        exits 4 for its supervisor (systemd, Kubernetes, a shell loop) to start it again."""
+        if counter % 10 == 0 and not self.should_exit:
+            if self.stopped_by is None:
+                self.stopped_by = self._fail_stopped()
+                if self.stopped_by is not None:
+                    self._stopped_at = time.monotonic()
+                    print(f"histlog: the engine fail-stopped: {one_line(str(self.stopped_by))}; /readyz answers 503, "
+                          f"and the server exits (status 4) in {FAIL_STOP_GRACE:g} s for its supervisor to restart "
+                          "it, which recovers the log and the state", file=sys.stderr, flush=True)
+            elif time.monotonic() - self._stopped_at >= FAIL_STOP_GRACE:
+                print("histlog: stopping after the engine fail-stopped (exit 4): start it again once the cause "
+                      "is gone (free disk space...)", file=sys.stderr, flush=True)
+                self.should_exit = True
+        return await super().on_tick(counter)
 
     async def startup(self, sockets: list[socket] | None = None) -> None:
         await super().startup(sockets)
@@ -228,10 +259,13 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
                                     timeout_graceful_shutdown=DRAIN_TIMEOUT, server_header=False,
                                     proxy_headers=False)  # no route uses the client's address: skip its parsing
             print(f"histlog: serving {described}{' (token required)' if token else ''}", file=sys.stderr, flush=True)
+            server = _Server(config, out, extras.close, app.forwarder, engine.fail_stopped)
             try:
-                _Server(config, out, extras.close, app.forwarder).run(sockets=sockets)
+                server.run(sockets=sockets)
             finally:
                 extras.close()
+    if server.stopped_by is not None:  # closing a fail-stopped engine may fail too: exit 4 all the same
+        return UNAVAILABLE
     print("histlog: stopped", file=sys.stderr, flush=True)
     return OK
 

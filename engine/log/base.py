@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from schemas.errors import LogUnavailable
 from schemas.positions import LogPosition
 from schemas.records import KEY_SEPARATOR, partition_for_key, record_key
 
@@ -204,6 +205,12 @@ class Log(abc.ABC):
                 offset = chunk[-1].offset + 1
         records.sort(key=lambda r: (r.timestamp_ms, r.partition, r.offset))
         return records[-n:] if n > 0 else []
+
+    def failure(self) -> LogUnavailable | None:
+        """The error every later append gets because this log fail-stopped (FileLog after a failed
+        write or fsync: only a reopen recovers it), or None. A backend whose errors pass by
+        themselves (a broker that comes back) never fail-stops."""
+        return None
 
     @abc.abstractmethod
     def close(self) -> None:

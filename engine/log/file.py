@@ -399,7 +399,11 @@ class FileLog(Log):
         err = LogUnavailable(f"file log {self.path} fail-stopped after an I/O error "
                              f"({self._failed!r}); close and reopen it to recover")
         err.__cause__ = self._failed
+        err.retryable = False  # until the reopen: a retry on this open log cannot succeed
         return err
+
+    def failure(self) -> LogUnavailable | None:
+        return None if self._failed is None else self._fail_stopped()
 
     def _check_writable(self) -> None:
         if self._closed:

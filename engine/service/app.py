@@ -58,7 +58,7 @@ def problem_response(exc: BaseException, *, status: int | None = None) -> Respon
     """The problem+json response for ``exc`` (``Retry-After`` when a retry helps)."""
     code = status if status is not None else status_of(exc)
     headers = {}
-    if (after := retry_after(code)) is not None:
+    if (after := retry_after(exc, code)) is not None:
         headers["Retry-After"] = after
     return Response(orjson.dumps(problem_of(exc, status=code)), status_code=code, media_type=CONTENT_TYPE,
                     headers=headers)

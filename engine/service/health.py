@@ -6,7 +6,10 @@ to ``build_app`` beyond the route table (events, metrics, health), assembled in 
 - ``/readyz``: 200 once the engine has applied, on every partition it owns, the log's end offsets as
   they were when the app was built (the startup catch-up), else 503 ``NotReady`` with
   ``Retry-After``. Once ready it stays ready (readiness says "caught up at start", not "lag 0
-  now": a busy server always lags a few records and must keep serving). Neither needs a token.
+  now": a busy server always lags a few records and must keep serving), unless the engine
+  fail-stops (``HistoryEngine.fail_stopped``: its state store or its file log failed): then 503
+  with that error, until the process exits (``histlog serve`` exits 4 for its supervisor to
+  restart it). Neither needs a token.
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ class Readiness:
 
     async def readyz(self, request: Request) -> Response:
         from engine.service.app import problem_response  # the one renderer (imported late: app may import us)
+        stopped = self.engine.fail_stopped()  # no I/O
+        if stopped is not None:
+            return problem_response(stopped)
         failure = None if self._ready else await asyncio.to_thread(self.check)
         if failure is not None:
             return problem_response(failure)

@@ -4,9 +4,10 @@
 A body is ``{"type": "urn:histlog:error:NAME", "title": "NAME", "status": N, "detail": "..."}``,
 ``NAME`` being the exception class (``schemas.errors``); a client raises that class with ``detail``
 as its message, so code that catches ``AppendConflict`` from a ``HistoryEngine`` catches it from a
-``HistoryClient`` too. Statuses are SERVICE.md's table; an error class not in it (a ``CorruptLog``,
-a ``StateUnavailable``...) is a 500 whose detail is still one line that says what to do, never a
-traceback. ``Retry-After`` goes with the statuses a client should retry.
+``HistoryClient`` too. Statuses are SERVICE.md's table; an error class not in it (a ``CorruptLog``...)
+is a 500 whose detail is still one line that says what to do, never a traceback. ``Retry-After``
+goes with the 503s a retry can get past without a restart: not with a ``StateUnavailable`` (the
+state failed: only a reopen helps) nor a fail-stopped log's ``LogUnavailable``.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ STATUS: dict[type[HistoryError], int] = {
     errors.NotOwner: 421,
     errors.WindowTooSmall: 422,
     errors.LogUnavailable: 503,
+    errors.StateUnavailable: 503,
     errors.NotReady: 503,
     errors.CommitUnconfirmed: 504,
 }
@@ -73,9 +75,12 @@ def problem_of(exc: BaseException, *, status: int | None = None) -> dict[str, An
             "detail": detail}
 
 
-def retry_after(status: int) -> str | None:
-    """The ``Retry-After`` header value for ``status``, or None when a retry would not help."""
-    return str(RETRY_AFTER_S) if status == 503 else None
+def retry_after(exc: BaseException, status: int) -> str | None:
+    """The ``Retry-After`` header value for ``exc`` answered with ``status``, or None when a
+    retry would not help (see the module)."""
+    if status != 503 or isinstance(exc, errors.StateUnavailable):
+        return None
+    return None if isinstance(exc, errors.LogUnavailable) and not exc.retryable else str(RETRY_AFTER_S)
 
 
 def error_of(status: int, body: object) -> HistoryError:

@@ -11,6 +11,7 @@ import pytest
 from engine import HistoryEngine
 from projections.store import StateStore
 from schemas import HistoryError, InvalidConfiguration
+from schemas.errors import StateUnavailable
 from tests.conformance.facade_contract import snapshot, turn
 
 
@@ -75,6 +76,8 @@ def test_a_failing_state_store_stops_the_projector_with_a_history_error(tmp_path
     from projections.store import Tx
 
     with HistoryEngine.open(tmp_path / "d") as eng:
+        assert eng.fail_stopped() is None
+
         def broken(self: Tx) -> None:
             raise OSError("disk on fire")
 
@@ -82,6 +85,8 @@ def test_a_failing_state_store_stops_the_projector_with_a_history_error(tmp_path
         with pytest.raises(HistoryError, match="projector stopped") as info:
             eng.append(turn("c", "a", "x"))
         assert isinstance(info.value.__cause__, OSError)
+        stopped = eng.fail_stopped()  # what /readyz answers with
+        assert isinstance(stopped, StateUnavailable) and "disk on fire" in str(stopped)
     monkeypatch.undo()
     with HistoryEngine.open(tmp_path / "d") as eng:  # the log kept the event: reopening applies it
         assert len(eng.read("c")) == 2

@@ -171,12 +171,16 @@ def test_failed_write_fail_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     def failing_write(fd: int, data: bytes) -> int:
         raise OSError(28, "No space left on device")
 
+    assert log.failure() is None
     monkeypatch.setattr(os, "write", failing_write)
     with pytest.raises(LogUnavailable):
         log.append(record_key("c"), b"v")
     monkeypatch.undo()
     with pytest.raises(LogUnavailable):
         log.append(record_key("c"), b"v")
+    failure = log.failure()  # what a readiness probe asks, without I/O
+    assert isinstance(failure, LogUnavailable) and "fail-stopped" in str(failure)
+    assert failure.retryable is False  # only a reopen recovers it
     log.close()
 
 

@@ -14,7 +14,8 @@ TABLE = {
     "InvalidConversationID": 400, "InvalidAppendID": 400, "InvalidMessage": 400, "InvalidBatch": 400,
     "InvalidReceipt": 400, "InvalidWindow": 400, "InvalidRequest": 400, "Unauthorized": 401, "NotFound": 404,
     "AppendConflict": 409, "TurnNotReplaceable": 409, "ConversationClosed": 410, "PreconditionFailed": 412,
-    "NotOwner": 421, "WindowTooSmall": 422, "LogUnavailable": 503, "NotReady": 503, "CommitUnconfirmed": 504,
+    "NotOwner": 421, "WindowTooSmall": 422, "LogUnavailable": 503, "StateUnavailable": 503, "NotReady": 503,
+    "CommitUnconfirmed": 504,
 }
 
 
@@ -58,6 +59,12 @@ def test_a_response_that_is_not_a_histlog_problem_becomes_a_typed_error(status: 
     assert type(exc) is cls and str(status) in str(exc)
 
 
-def test_only_503_says_retry_after() -> None:
-    assert retry_after(503) == "1"
-    assert retry_after(504) is None and retry_after(409) is None
+def test_only_a_503_that_a_retry_can_get_past_says_retry_after() -> None:
+    assert retry_after(errors.LogUnavailable("broker down"), 503) == "1"
+    assert retry_after(errors.NotReady("catching up"), 503) == "1"
+    stopped = errors.LogUnavailable("fail-stopped")
+    stopped.retryable = False
+    assert retry_after(stopped, 503) is None  # a reopen recovers it, not a retry
+    assert retry_after(errors.StateUnavailable("the store failed"), 503) is None
+    assert retry_after(errors.CommitUnconfirmed("resend"), 504) is None
+    assert retry_after(errors.AppendConflict.__new__(errors.AppendConflict), 409) is None
