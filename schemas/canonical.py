@@ -179,9 +179,15 @@ def _prepare(value: Any, where: str, depth: int = 0) -> Any:
     if cls is RawJSON or isinstance(value, RawJSON):
         return _Fragment(str.__str__(value))
     if cls is _Num:
-        return _Fragment(value.text)
+        return _number(value.text, where)
     if cls is int:
-        return value if -(2**63) <= value < 2**64 else _Fragment(int.__repr__(value))
+        if -(2**63) <= value < 2**64:
+            return value
+        try:
+            float(value)
+        except OverflowError:
+            raise _out_of_range(where, f"an integer of {value.bit_length()} bits") from None
+        return _Fragment(int.__repr__(value))
     if cls is float:
         if not math.isfinite(value):
             raise ValueError(f"{where}: {value!r} is not a JSON number (NaN and Infinity are not allowed)")
@@ -208,6 +214,24 @@ def _prepare(value: Any, where: str, depth: int = 0) -> Any:
     if isinstance(value, float):
         return _prepare(float(value), where, depth)
     raise ValueError(f"{where}: {cls.__name__} is not a JSON value")
+
+
+def _number(text: str, where: str) -> orjson.Fragment:
+    """A number's exact spelling, once it is known to be in range: a JSON number in a message must
+    be a finite 64-bit float (at most about 1.8e308 in magnitude), spelled however it was given.
+    That is what every JSON reader holds (JavaScript, orjson and most others read numbers as
+    doubles; Python's ``json`` stops at 4,300 digits), so a value one face accepts every face
+    reads back; ``1e999`` or 400 nines are refused on every entry (``InvalidMessage``; a record
+    that carries one is poison), as in a request's envelope."""
+    if not math.isfinite(float(text)):  # the JSON grammar is a subset of float()'s
+        shown = text if len(text) <= 24 else f"{text[:20]}... ({len(text)} characters)"
+        raise _out_of_range(where, f"the number {shown}")
+    return _Fragment(text)
+
+
+def _out_of_range(where: str, what: str) -> ValueError:
+    return ValueError(f"{where}: {what} is out of range (a JSON number in a message must be a finite "
+                      "64-bit float, at most about 1.8e308 in magnitude); send it as a string")
 
 
 def _first_surrogate(value: Any, where: str) -> str | None:

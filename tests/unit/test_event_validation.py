@@ -371,6 +371,10 @@ def test_examples_of_each_class_of_poison() -> None:
         b"[" + good.replace(b'"kind":"tool_result"', b'"is_error":false,"kind":"tool_result"') + b"]": "corrupt",
         b"[" + good.replace(b'"n":1', b'"n":1,"n":1') + b"]": "corrupt",  # duplicate key
         b"[" + good.replace(b'"n":1', b'"n":1.0e0') + b"]": "accepted",  # a kept number spelling
+        b"[" + good.replace(b'"n":1', b'"n":1e999') + b"]": "corrupt",  # no double holds it
+        b"[" + good.replace(b'"n":1', b'"n":' + b"9" * 309) + b"]": "corrupt",
+        b"[" + good.replace(b'"n":1', b'"n":-' + b"9" * 308) + b"]": "accepted",  # a double holds it
+        b"[" + good.replace(b'"n":1', b'"n":1e-999') + b"]": "accepted",  # finite (0.0 as a double)
         b"[" + good.replace(b'"role":"tool"', b'"role":"user"') + b"]": "corrupt",  # kind not allowed
         b"[" + good + b"," + good + b"]": "accepted",
         b"[" + Message.user("stop", metadata={"interrupted": True}).canonical_json() + b"]": "accepted",  # a flag row
