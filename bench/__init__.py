@@ -13,8 +13,8 @@ members), cluster (a member of a 3-member group vs a full replica: start-up catc
 langchain (``HistlogMiddleware``'s overhead per agent step vs the same ``create_agent`` agent without it),
 sealed (erasure's AES-256-GCM sealing and key store vs today's encode and a raw append + fsync), and
 erasure (the sealed engine vs ``seal=False``, interleaved rounds: appends/s and CPU per append at 1/16/64
-writers, replay, clear latency), and clears (appends to other conversations while clears run, against the
-same appends with none).
+writers, replay, clear latency), clears (appends to other conversations while clears run, against the
+same appends with none), and instructions (callgrind's count per record of replay's validation).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any
 __all__ = ["NAMES", "run_all"]
 
 NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
-         "forward", "cluster", "langchain", "sealed", "erasure", "clears")
+         "forward", "cluster", "langchain", "sealed", "erasure", "clears", "instructions")
 
 
 def run_all(argv: list[str] | None = None) -> int:
