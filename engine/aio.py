@@ -28,9 +28,9 @@ its failure or the partition's revoke (``projections.waiting.Positions.when_appl
 that times out or is cancelled removes its waiter.
 
 **Reads** whose cost is small and bounded by their arguments run on the loop itself: ``window``
-and ``entries`` asked for at most ``INLINE_MESSAGES`` messages, ``measure`` (two point reads). Every other read runs on
-the loop's default executor (``asyncio.to_thread``): an unbounded read (a whole history) would
-stall every coroutine of the loop. Measured on the development VM (2 cores) through the service,
+and ``entries`` asked for at most ``INLINE_MESSAGES`` messages, ``measure`` (two point reads).
+Every other read runs on the loop's default executor (``asyncio.to_thread``): an unbounded read
+(a whole history) would stall every coroutine of the loop. Measured on the development VM (2 cores) through the service,
 ``window(20)`` of a 100-message conversation: the hand-off to a thread cost about 0.25 ms at p50
 with the server busy (the loop thread and the worker contend for the interpreter lock), more
 than the read itself (about 0.25 ms); a small read inline holds the loop no longer than the

@@ -36,7 +36,7 @@ class Positions:
     _cond: threading.Condition
     _owned: frozenset[int]
     _applied: list[int]
-    _waiters: list[list[tuple[int, int, Wake]]]  # (offset, seq, event) heaps per partition
+    _waiters: list[list[tuple[int, int, Wake]]]  # (offset, seq, wake) heaps per partition
     _waiter_seq: int
     _erasing: list[dict[int, int]]  # per partition: eraser job -> the offset of its first clear there
 
