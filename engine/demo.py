@@ -26,7 +26,8 @@ from engine.middleware import HistoryMiddleware, MiddlewareConfig
 from engine.render import ProgressBar, render_message
 from schemas.batch import Batch, Receipt, StoredMessage
 from schemas.chat import ChatDelta, ChatRequest, ChatResponse, TextDelta, Usage
-from schemas.errors import AppendConflict, CommitError, ConversationClosed, HistoryError, LogUnavailable
+from schemas.commit import CommitError
+from schemas.errors import AppendConflict, ConversationClosed, HistoryError, LogUnavailable
 from schemas.messages import Message, Role, ToolCallPart, ToolOutput, ToolResultPart
 
 __all__ = ["run_demo", "script"]

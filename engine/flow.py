@@ -21,7 +21,8 @@ from typing import cast
 from engine.uuid7 import uuid7
 from schemas.batch import Batch, HistoryTurn, Receipt
 from schemas.chat import ChatRequest, ChatResponse, ResponseAccumulator
-from schemas.errors import CommitError, InvalidMessage, InvalidReceipt, TurnNotReplaceable
+from schemas.commit import CommitError
+from schemas.errors import InvalidMessage, InvalidReceipt, TurnNotReplaceable
 from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message, Role, ToolCallPart, ToolResultPart, starts_turn
 from schemas.positions import HistoryPosition

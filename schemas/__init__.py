@@ -18,9 +18,9 @@ from schemas.chat import (
     ToolCallDelta,
     Usage,
 )
+from schemas.commit import CommitError
 from schemas.errors import (
     AppendConflict,
-    CommitError,
     CommitUnconfirmed,
     ConversationClosed,
     CorruptLog,

@@ -23,7 +23,7 @@ The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
     ├── TurnNotReplaceable                    only the latest visible turn may be replaced
     ├── PreconditionFailed                    expected_last did not match
     ├── WindowTooSmall                        the newest turn does not fit the window
-    ├── CommitError                           generation succeeded, persistence did not
+    ├── CommitError                           generation succeeded, persistence did not (schemas.commit)
     ├── CommitUnconfirmed                     no decision in time; resend the same Batch
     ├── LogUnavailable                        the log backend is down or fail-stopped
     ├── StateUnavailable                      the RocksDB state is in use, failed or cannot be written
@@ -42,14 +42,10 @@ handles and are safe to pickle or print.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:  # pragma: no cover
-    from schemas.batch import Batch, Receipt
+from typing import Any
 
 __all__ = [
     "AppendConflict",
-    "CommitError",
     "CommitUnconfirmed",
     "ConversationClosed",
     "CorruptLog",
@@ -194,29 +190,6 @@ class PreconditionFailed(HistoryError):
 
 class WindowTooSmall(HistoryError):
     """The newest complete turn (plus the merged system message) does not fit the window limit."""
-
-
-class CommitError(HistoryError):
-    """Generation succeeded but persisting it did not.
-
-    ``batch`` is the exact Batch to retry with ``engine.append(err.batch)`` (no new model
-    call needed); ``receipt`` is set when the append was in fact confirmed; ``response`` is
-    the model's response; ``__cause__`` is the underlying error.
-    """
-
-    def __init__(self, message: str, *, batch: Batch, receipt: Receipt | None = None,
-                 response: Any = None, old_turn_id: str | None = None, reason: str | None = None) -> None:
-        super().__init__(message)
-        self.batch = batch
-        self.receipt = receipt
-        self.response = response
-        self.old_turn_id = old_turn_id
-        """Set when the batch replaces a turn (middleware ``retry``/``edit``): complete it with
-        ``engine.replace_turn(err.batch, err.old_turn_id, err.reason)`` instead of ``append``."""
-        self.reason = reason
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild, (type(self), self.args, self.__dict__))
 
 
 class CommitUnconfirmed(HistoryError):

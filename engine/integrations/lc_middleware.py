@@ -54,9 +54,9 @@ from engine.flow import Persist, advance, append_flow
 from engine.integrations.lc_messages import from_langchain, to_langchain
 from schemas.batch import Batch, HistoryTurn, StoredMessage
 from schemas.chat import ChatRequest, ChatResponse, FinishReason
+from schemas.commit import CommitError
 from schemas.errors import (
     AppendConflict,
-    CommitError,
     InvalidComponent,
     InvalidConversationID,
     InvalidMessage,
