@@ -74,6 +74,9 @@ def _broker() -> Iterator[str]:
     if external:
         yield external
         return
+    if not (REPO / "scripts" / "kafka").exists():
+        raise RuntimeError("bench kafka needs a broker: set HISTLOG_KAFKA=host:port, or run it from a source "
+                           "checkout, whose scripts/kafka starts one from the Maven Central jars")
     directory = tempfile.mkdtemp(prefix="histlog-bench-kafka-")
     started = time.perf_counter()
     out = subprocess.run([str(REPO / "scripts" / "kafka"), "start", "--dir", directory],

@@ -42,7 +42,7 @@ from schemas.errors import (
     WindowTooSmall,
 )
 
-__all__ = ["BAD_INPUT", "CONFLICT", "FAILED", "OK", "PIPE_CLOSED", "UNAVAILABLE", "Unsupported", "UsageError",
+__all__ = ["BAD_INPUT", "CONFLICT", "FAILED", "OK", "PIPE_CLOSED", "UNAVAILABLE", "UsageError",
            "exit_code", "report", "stdout_closed"]
 
 OK, FAILED, BAD_INPUT, CONFLICT, UNAVAILABLE = 0, 1, 2, 3, 4
@@ -55,12 +55,8 @@ class UsageError(Exception):
     """Bad command-line input found by the CLI itself (exit 2)."""
 
 
-class Unsupported(Exception):
-    """A command this installation cannot run (the benchmarks of a source checkout): exit 2, said plainly."""
-
-
 _BAD_INPUT: tuple[type[BaseException], ...] = (
-    UsageError, Unsupported, InvalidConversationID, InvalidAppendID, InvalidMessage, InvalidBatch,
+    UsageError, InvalidConversationID, InvalidAppendID, InvalidMessage, InvalidBatch,
     InvalidReceipt, InvalidWindow, InvalidConfiguration, InvalidProjection, WindowTooSmall, NotFound,
 )
 
@@ -83,7 +79,7 @@ def _error_line(exc: BaseException) -> str:
             return f"the log is damaged: {text}"
         return (f"the log is damaged: {text} "
                 "(run `histlog log verify` to see where; restore the damaged file from a backup)")
-    if isinstance(exc, HistoryError | UsageError | Unsupported):
+    if isinstance(exc, HistoryError | UsageError):
         return one_line(str(exc)) or type(exc).__name__
     if isinstance(exc, OSError):
         return one_line(f"{exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))

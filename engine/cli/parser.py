@@ -246,8 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help='one JSON object: the map plus "members" (owned, lag)')
 
     p = command("bench", cmd_bench, "run the benchmarks (prints tables and writes a JSON)",
-                "Run the benchmarks of bench/ (source checkout only): each prints ratios against a baseline "
-                "measured in the same run. The kafka one uses HISTLOG_KAFKA or starts a broker with scripts/kafka.")
+                "Run the benchmarks (installed with histlog): each prints ratios against a baseline "
+                "measured in the same run. The kafka one uses HISTLOG_KAFKA or, in a source "
+                "checkout, starts a broker with scripts/kafka.")
     p.add_argument("names", nargs="*", metavar="NAME",
                    help="which benchmarks (default all): schemas codec log engine reads middleware turns kafka "
                         "service frameworks forward cluster langchain sealed erasure, e.g. histlog bench erasure")

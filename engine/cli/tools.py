@@ -1,6 +1,6 @@
 """The tools around the store: ``demo``, ``replay`` (a custom projection from offset 0),
 ``log verify`` (the embedded file log, read-only: its frames, then every record's status,
-sealed records opened with the key store read-only) and ``bench`` (a source checkout's benchmarks)."""
+sealed records opened with the key store read-only) and ``bench`` (the installed benchmarks)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from engine.cli.exits import FAILED, OK, Unsupported, UsageError
+from engine.cli.exits import FAILED, OK, UsageError
 from engine.cli.target import DEFAULT_TOPIC, Target
 from engine.demo import run_demo
 from engine.keys import FileKeyStore, master_key_from
@@ -156,15 +156,11 @@ def _count_records(log_dir: Path, partitions: int, keys_dir: Path) -> tuple[dict
 
 
 def cmd_bench(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
-    """Run ``bench.run_all``: the benchmarks live in the source checkout, not in the wheel."""
-    checkout = Path(__file__).resolve().parents[2]
-    if (checkout / "bench" / "__init__.py").exists() and str(checkout) not in sys.path:
-        sys.path.insert(0, str(checkout))
-    try:
-        from bench import run_all
-    except ImportError:  # an installed wheel: no bench/ beside the package
-        raise Unsupported("histlog bench runs from a source checkout (pip install -e .); "
-                          "bench/ is not installed") from None
+    """Run ``bench.run_all``: the benchmarks are installed with histlog (the wheel's ``bench``
+    package), so a user sizes their own machine; the peers they compare against come with
+    ``pip install 'histlog[bench]'``, and each bench says what it skips without them."""
+    from bench import run_all
+
     args = [*ns.names, *(["--quick"] if ns.quick else [])]
     if ns.only:
         args += ["--only", ns.only]

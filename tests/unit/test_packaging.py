@@ -1,5 +1,6 @@
 """A built wheel holds every package of the source tree (a hand-kept package list once left
-``engine.client`` out, so a non-editable install had no HTTP clients)."""
+``engine.client`` out, so a non-editable install had no HTTP clients), and the benchmarks, which
+import from the installed files alone (``histlog bench`` once refused outside a checkout)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def test_wheel_contains_every_package_and_its_type_marker(tmp_path: Path) -> Non
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(ROOT / name, src / name)
-    for layer in ("engine", "projections", "schemas"):
+    for layer in ("engine", "projections", "schemas", "bench"):
         shutil.copytree(ROOT / layer, src / layer, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(tmp_path), str(src)], check=True, timeout=300)
@@ -28,3 +29,12 @@ def test_wheel_contains_every_package_and_its_type_marker(tmp_path: Path) -> Non
     assert expected and expected <= names, sorted(expected - names)
     assert {"engine/py.typed", "projections/py.typed", "schemas/py.typed"} <= names
     assert any(n.startswith("schemas/") and n.endswith(".avsc") for n in names)
+    benches = {f"bench/{p.name}" for p in (ROOT / "bench").glob("*.py")}
+    assert "bench/bench_engine.py" in benches and benches <= names, sorted(benches - names)
+    installed = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(installed)
+    probe = ("import bench, engine, importlib; from engine.cli.tools import cmd_bench\n"
+             "assert bench.__file__.startswith(%r) and engine.__file__.startswith(%r)\n"
+             "for name in bench.NAMES: importlib.import_module('bench.bench_' + name)\n" % (str(installed), str(installed)))
+    subprocess.run([sys.executable, "-c", probe], check=True, timeout=120, cwd=tmp_path,
+                   env={"PYTHONPATH": str(installed), "PATH": "/usr/bin:/bin"})
