@@ -33,8 +33,9 @@ def test_wheel_contains_every_package_and_its_type_marker(tmp_path: Path) -> Non
     assert "bench/bench_engine.py" in benches and benches <= names, sorted(benches - names)
     installed = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(installed)
+    here = str(installed)
     probe = ("import bench, engine, importlib; from engine.cli.tools import cmd_bench\n"
-             "assert bench.__file__.startswith(%r) and engine.__file__.startswith(%r)\n"
-             "for name in bench.NAMES: importlib.import_module('bench.bench_' + name)\n" % (str(installed), str(installed)))
+             f"assert bench.__file__.startswith({here!r}) and engine.__file__.startswith({here!r})\n"
+             "for name in bench.NAMES: importlib.import_module('bench.bench_' + name)\n")
     subprocess.run([sys.executable, "-c", probe], check=True, timeout=120, cwd=tmp_path,
                    env={"PYTHONPATH": str(installed), "PATH": "/usr/bin:/bin"})
