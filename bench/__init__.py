@@ -6,7 +6,8 @@ and measures against a baseline in the same run (ratios, never absolute pass/fai
 schemas, codec, log, engine (appends with CPU µs and context switches per append, vs raw FileLog and
 eventsourcing), reads (the read projections vs ``read()`` + Python), middleware, turns, kafka (a real broker:
 ``HISTLOG_KAFKA`` or one started from the Maven Central jars with ``scripts/kafka``; appends with their cost,
-where the decision wait goes at 64 writers), and
+where the decision wait goes at 64 writers), postgres (a private PostgreSQL 15 vs histlog: durable idempotent
+appends at 1/16/64 writers, the newest-20 read, bytes on disk per message), and
 service (``histlog serve`` vs the same engine in process), frameworks (the service's two hot shapes on
 each HTTP framework and server present, against raw ASGI on uvicorn), forward (one hop between cluster
 members), cluster (a member of a 3-member group vs a full replica: start-up catch-up, appends/s, the hop),
@@ -30,7 +31,8 @@ from typing import Any
 __all__ = ["NAMES", "run_all"]
 
 NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
-         "forward", "cluster", "langchain", "sealed", "erasure", "clears", "instructions")
+         "forward", "cluster", "langchain", "sealed", "erasure", "clears", "instructions",
+         "postgres")
 
 
 def run_all(argv: list[str] | None = None) -> int:
