@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from schemas import errors
+from schemas.commit import CommitError
 from schemas.errors import HistoryError
 
 __all__ = ["CONTENT_TYPE", "RETRY_AFTER_S", "STATUS", "error_of", "problem_of", "retry_after", "status_of"]
@@ -51,7 +52,7 @@ not listed: a server never raises a configuration error for a request)."""
 _BY_NAME: dict[str, type[HistoryError]] = {
     name: cls for name in errors.__all__
     if isinstance(cls := getattr(errors, name), type) and issubclass(cls, HistoryError)
-}
+} | {"CommitError": CommitError}  # the middleware's error, beside Batch in schemas.commit
 
 
 def status_of(exc: BaseException) -> int:

@@ -8,6 +8,7 @@ import pytest
 from engine.service.problems import STATUS, error_of, problem_of, retry_after, status_of
 from schemas import errors
 from schemas.batch import Batch
+from schemas.commit import CommitError
 from schemas.messages import Message
 
 TABLE = {
@@ -43,9 +44,9 @@ def test_a_subclass_maps_through_its_nearest_listed_base_and_others_are_500() ->
 
 def test_an_error_whose_constructor_wants_more_is_still_raised_by_name() -> None:
     batch = Batch("c", "a", [Message.user("hi")])
-    body = problem_of(errors.CommitError("persisting failed", batch=batch))
+    body = problem_of(CommitError("persisting failed", batch=batch))
     back = error_of(500, body)
-    assert type(back) is errors.CommitError and str(back) == "persisting failed"
+    assert type(back) is CommitError and str(back) == "persisting failed"
 
 
 @pytest.mark.parametrize(("status", "body", "cls"), [
