@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import NAMES
+from bench import NAMES, pg_server
 from bench import bench_postgres as bp
 
 TINY = bp.Sizes(appends=128, solo_appends=32, rounds=2, read_messages=40, read_samples=20)
@@ -47,7 +47,7 @@ def test_a_tiny_run_measures_both_stores_and_stops_its_server() -> None:
     assert all(_positive(v) for v in disk.values())
 
     # The server is gone: its postmaster exited, its port refuses, its directory was removed.
-    assert not bp.alive(result["postgres_pid"])
+    assert not pg_server.alive(result["postgres_pid"])
     assert _refused(result["port"]) and not Path(result["postgres_dir"]).exists()
     assert "histlog/postgres" in bp.report(result) and "postgres" in NAMES
 
@@ -63,6 +63,6 @@ def test_without_psycopg_the_run_is_skipped_with_one_line_saying_how_to_install_
 def test_without_postgresql_the_run_is_skipped_with_one_line_saying_how_to_install_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("psycopg", reason="psycopg 3 is not installed (pip install 'histlog[bench]')")
-    monkeypatch.setattr(bp, "_pg_bin", lambda: None)
+    monkeypatch.setattr(pg_server, "pg_bin", lambda: None)
     result = bp.run(quick=True, progress=False)
     assert "apt-get install postgresql" in result["skipped"] and bp.report(result) == result["skipped"]
