@@ -14,8 +14,8 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 
-from engine.cli.exits import OK, report, stdout_closed
-from engine.cli.parser import build_parser
+from engine.cli.exits import OK, UsageError, report, stdout_closed
+from engine.cli.parser import SERVER_MISSING, build_parser
 from engine.cli.target import resolve
 from engine.render import one_line
 
@@ -68,7 +68,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _logging_to_stderr():
             try:
-                ns = build_parser().parse_args(args)
+                parser = build_parser()
+                ns, extra = parser.parse_known_args(args)
+                if ns.command == "serve" and SERVER_MISSING is not None:
+                    raise UsageError(SERVER_MISSING)  # whatever its flags: they are the extra's
+                if extra:  # what parse_args says
+                    parser.error(f"unrecognized arguments: {' '.join(extra)}")
             except SystemExit as exc:  # --help / --version
                 return exc.code if isinstance(exc.code, int) else OK
             if ns.command in ("demo", "keygen"):

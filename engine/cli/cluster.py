@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Any, TextIO
-
-import httpx
+from typing import TYPE_CHECKING, Any, TextIO
 
 from engine.cli.exits import OK, UNAVAILABLE, UsageError
 from engine.cli.target import Target
 from engine.render import print_lines
 from schemas.errors import LogUnavailable
+
+if TYPE_CHECKING:  # httpx comes with histlog[server]: imported when the command runs
+    import httpx
 
 __all__ = ["cluster_report", "cmd_cluster"]
 
@@ -33,6 +34,8 @@ def _get(http: httpx.Client, url: str, path: str) -> Any:
 
 def cluster_report(http: httpx.Client, url: str) -> dict[str, Any]:
     """The map of the member at ``url`` plus, per owner, its owned partitions and lag (or its error)."""
+    import httpx
+
     try:
         tree: dict[str, Any] = _get(http, url, "/v1/cluster")
     except httpx.TransportError as exc:
@@ -65,6 +68,11 @@ def _lines(report: dict[str, Any]) -> list[str]:
 def cmd_cluster(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     if target.url is None:
         raise UsageError("cluster asks a running server: give --url http://HOST:PORT (any member of the cluster)")
+    try:
+        import httpx
+    except ImportError:
+        raise UsageError("histlog cluster asks the members over HTTP, which needs httpx: "
+                         "pip install 'histlog[server]'") from None
     headers = {} if target.token is None else {"Authorization": f"Bearer {target.token}"}
     with httpx.Client(headers=headers, timeout=min(target.timeout, 10.0)) as http:
         report = cluster_report(http, target.url)

@@ -8,17 +8,31 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
 from engine.cli.cluster import cmd_cluster
 from engine.cli.exits import UsageError
 from engine.cli.keys import cmd_keygen, cmd_keys_rotate
 from engine.cli.ops import cmd_rebuild, cmd_stats, cmd_tail
 from engine.cli.reads import cmd_list, cmd_locate, cmd_read, cmd_turns
-from engine.cli.serve import add_serve, cmd_serve
-from engine.cli.target import DEFAULT_DATA, DEFAULT_TOPIC
+from engine.cli.target import DEFAULT_DATA, DEFAULT_TOPIC, Target
 from engine.cli.tools import cmd_bench, cmd_demo, cmd_log_verify, cmd_replay
 from engine.cli.writes import cmd_append, cmd_clear, cmd_replace_turn
+
+SERVER_MISSING: str | None = None
+"""Why ``histlog serve`` cannot run here (histlog[server] is not installed), or None. Every other
+command runs without the extra; ``engine.cli.app`` says this line for ``serve`` with any flags."""
+
+try:
+    from engine.cli.serve import add_serve, cmd_serve
+except ImportError as _missing:
+    SERVER_MISSING = f"histlog serve needs the server extra ({_missing}): pip install 'histlog[server]'"
+
+    def add_serve(command: argparse.ArgumentParser, integer: type[int] | object) -> None:
+        """Without the extra: no flags to offer (``SERVER_MISSING`` says what to install)."""
+
+    def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+        raise UsageError(str(SERVER_MISSING))
 
 __all__ = ["build_parser", "subcommands"]
 
