@@ -328,11 +328,14 @@ def run(quick: bool = False, progress: bool = True, sizes: Sizes | None = None) 
     def per(x: int) -> float:
         return round(x / messages, 1)
 
+    def ratio(a: int, b: int) -> float:  # 3 significant digits: a small run's data directory is mostly catalog
+        return float(f"{a / b:.3g}")
+
     disk = {"messages": messages, "postgres_tables_per_msg": per(pg_tables),
             "postgres_datadir_running_per_msg": per(pg_running), "postgres_datadir_stopped_per_msg": per(pg_stopped),
             "histlog_open_per_msg": per(hl_open), "histlog_closed_per_msg": per(hl_closed),
-            "open_vs_tables": round(hl_open / pg_tables, 2), "closed_vs_tables": round(hl_closed / pg_tables, 2),
-            "open_vs_datadir": round(hl_open / pg_running, 2), "closed_vs_datadir": round(hl_closed / pg_stopped, 2)}
+            "open_vs_tables": ratio(hl_open, pg_tables), "closed_vs_tables": ratio(hl_closed, pg_tables),
+            "open_vs_datadir": ratio(hl_open, pg_running), "closed_vs_datadir": ratio(hl_closed, pg_stopped)}
     return {"bench": "postgres", "postgres_version": version, "psycopg_version": psycopg.__version__,
             "postgres_settings": settings, "transport": "unix socket", "content": "bytea (canonical JSON)",
             "port": server.port, "postgres_pid": server.pid, "postgres_dir": str(server.root),
