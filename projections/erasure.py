@@ -58,6 +58,9 @@ class DataKeys(Protocol):
         """Write ``conversation_id``'s erasure marker (idempotent), then remove its own keys and
         every key of ``key_ids`` still live; no I/O when it is erased and none of them is live."""
 
+    def destroy_many(self, erasures: Sequence[tuple[str, Sequence[str]]]) -> None:
+        """``destroy`` of each ``(conversation_id, key_ids)``, its writes shared."""
+
 
 def open_content(event: BatchAppended | TurnReplaced, keys_: DataKeys | None) -> bytes:
     """The content of the sealed ``event``, opened (``schemas.event_content.open_content``) under its
@@ -85,8 +88,7 @@ def destroy_keys(store: StateStore, keys_: DataKeys | None, convs: Sequence[byte
     snap = store.iterator()
     used = {conv: [keys.read_key_id_key(k)[1] for k, _ in snap.scan(*keys.key_id_range(conv))] for conv in convs}
     if keys_ is not None:
-        for conv in convs:
-            keys_.destroy(conv.decode("utf-8"), used[conv])
+        keys_.destroy_many([(conv.decode("utf-8"), used[conv]) for conv in convs])
     return used
 
 

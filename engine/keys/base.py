@@ -29,6 +29,9 @@ tests/integration/test_kafka_keys.py run the same cases):
 * ``list_keys(c=None)``: ``(conversation id, key id)`` of every live key, sorted; a spare not
   bound in this process shows conversation id ``""`` (its conversation is in the log).
 * ``known(c)``: whether ``create(c)`` answers now with no I/O (an event loop may call it then).
+* ``destroy_many([(c, key_ids), ...])``: ``destroy`` of each, with the writes shared (one fsync per
+  bucket of markers, one rewrite per bucket; on Kafka, one round trip for all the markers): what
+  an erasure of many conversations at once calls (a projector step of many clears).
 * ``erased(c)``: whether ``c`` was destroyed.
 
 Thread-safe. Key material never appears in errors, logs or reprs.
@@ -53,6 +56,8 @@ class KeyStore(Protocol):
     def get(self, conversation_id: str, key_id: str) -> DataKey: ...
 
     def destroy(self, conversation_id: str, key_ids: Sequence[str] = ()) -> None: ...
+
+    def destroy_many(self, erasures: Sequence[tuple[str, Sequence[str]]]) -> None: ...
 
     def list_keys(self, conversation_id: str | None = None) -> list[tuple[str, str]]: ...
 

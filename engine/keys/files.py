@@ -11,7 +11,8 @@ UTF-8, low byte.
   ``BATCH`` spares of one bucket appended in one write and fsynced once (and the directory when
   the file is new) before any is handed out, so a returned key survives kill -9 and power loss
   and no create waits for an fsync while spares are left.
-* ``destroy(c, key_ids)`` appends the erasure marker (fsynced), then rewrites each bucket that
+* ``destroy(c, key_ids)`` (``destroy_many`` for several: one append per bucket of markers, one
+  rewrite per bucket) appends the erasure marker (fsynced), then rewrites each bucket that
   held a key of ``c`` (its own keys, its binding, the live spares among ``key_ids``) into
   ``b-XX.keys.tmp``, fsyncs it, renames it over the bucket and fsyncs the directory. When it
   returns no file under ``keys/`` holds those keys' bytes (the old file is unlinked; freed disk
@@ -334,24 +335,31 @@ class FileKeyStore:
         return self._spares.get(key_id)
 
     def destroy(self, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
-        bound = self._pool.unbind(conversation_id)
+        self.destroy_many([(conversation_id, key_ids)])
+
+    def destroy_many(self, erasures: Sequence[tuple[str, Sequence[str]]]) -> None:
+        convs = list(dict.fromkeys(c for c, _ in erasures))
+        bound = [key for c in convs if (key := self._pool.unbind(c)) is not None]
         with self._mutex:
-            drop = frozenset(k for k in {*key_ids, *([bound.key_id] if bound else [])} if k in self._spares)
-        own = bucket_of(conversation_id)
-        buckets = sorted({own, *(spare_bucket(k) for k in drop)})
+            drop = frozenset(k for k in {*(k for _, ks in erasures for k in ks), *(key.key_id for key in bound)}
+                             if k in self._spares)
+        owns = {c: bucket_of(c) for c in convs}
         with contextlib.ExitStack() as held:
-            for b in buckets:  # in bucket order: one lock order for every destroy
+            for b in sorted({*owns.values(), *(spare_bucket(k) for k in drop)}):  # one lock order for all
                 held.enter_context(self._bucket_locks[b])
             with self._mutex:
                 self._check()
-                if conversation_id not in self._erased:
-                    self._append(own, frame(encode_record(conversation_id, None)))
-                    self._erased.add(conversation_id)
+                markers: dict[int, list[bytes]] = {}
+                for c in convs:
+                    if c not in self._erased:
+                        markers.setdefault(owns[c], []).append(frame(encode_record(c, None)))
+                for b, frames in sorted(markers.items()):  # one write and fsync per bucket
+                    self._append(b, b"".join(frames))
+                self._erased.update(convs)
                 # Memory and files hold the same keys: open loads every key and completes a destroy a
                 # crash cut short, and a failed write or rewrite fail-stops the store until reopened.
-                if self._keys.pop(conversation_id, None) is not None:
-                    self._rewrite(own)
-                for b in sorted({spare_bucket(k) for k in drop}):
+                rewrite = {owns[c] for c in convs if self._keys.pop(c, None) is not None}
+                for b in sorted(rewrite | {spare_bucket(k) for k in drop}):
                     self._rewrite(b, drop)
                 for k in drop:
                     del self._spares[k]

@@ -163,6 +163,15 @@ class KafkaKeyStore:
             self._topic, key=record_key(conv, key_id), value=value, partition=0))
         return int(self._call("write the keys topic", lambda: future.get(timeout=self._timeout_ms / 1000)).offset)
 
+    def _send_all(self, records: Sequence[tuple[str, str, bytes | None]]) -> int | None:
+        """Send ``(conv, key_id, value)`` records at once, wait for all; the last one's offset (None: none)."""
+        if not records:
+            return None
+        futures = self._call("write the keys topic", lambda: [self._producer.send(
+            self._topic, key=record_key(c, k), value=v, partition=0) for c, k, v in records])
+        done = self._call("write the keys topic", lambda: [f.get(timeout=self._timeout_ms / 1000) for f in futures])
+        return max(int(d.offset) for d in done)
+
     def _tombstone(self, conv: str, key_ids: set[str]) -> None:
         for key_id in sorted(key_ids):
             self._send(conv, key_id, None)
@@ -223,17 +232,26 @@ class KafkaKeyStore:
                                   where=self._topic)
 
     def destroy(self, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
-        bound = self._pool.unbind(conversation_id)
+        self.destroy_many([(conversation_id, key_ids)])
+
+    def destroy_many(self, erasures: Sequence[tuple[str, Sequence[str]]]) -> None:
+        bound = {c: self._pool.unbind(c) for c, _ in erasures}
         with self._lock:
-            if conversation_id in self._markers and not self._records.get(conversation_id) and not any(
-                    k in self._spares for k in (*key_ids, *([bound.key_id] if bound else []))):
-                return  # erased already and nothing of it left: no round trip (a replay's erased records)
+            todo: dict[str, set[str]] = {}
+            for c, key_ids in erasures:
+                b = bound.get(c)
+                spares = {k for k in (*key_ids, *([b.key_id] if b else [])) if k in self._spares}
+                if c in self._markers and not self._records.get(c) and not spares:
+                    continue  # erased already and nothing of it left: no round trip (a replay's erased records)
+                todo.setdefault(c, set()).update(spares)
+            if not todo:
+                return
             self._catch_up()
-            if conversation_id not in self._markers:
-                offset = self._send(conversation_id, "", encode_record(conversation_id, None))
-                self._catch_up(offset + 1)
-            self._tombstone(conversation_id, set(self._records.get(conversation_id, ())))
-            self._tombstone("", {k for k in (*key_ids, *([bound.key_id] if bound else [])) if k in self._spares})
+            marked = self._send_all([(c, "", encode_record(c, None)) for c in todo if c not in self._markers])
+            if marked is not None:
+                self._catch_up(marked + 1)
+            self._send_all([(c, k, None) for c in todo for k in sorted(self._records.get(c, ()))]
+                           + [("", k, None) for c in todo for k in sorted(todo[c])])
             self._catch_up()
 
     def list_keys(self, conversation_id: str | None = None) -> list[tuple[str, str]]:

@@ -37,15 +37,16 @@ def _die() -> None:
 def _inject(point: str, k: int) -> None:
     """Patch the erasure's steps so that the ``k``-th clear dies at ``point``."""
     calls = {"destroy": 0, "compact": 0}
-    destroy, compact = FileKeyStore.destroy, StateStore.compact
+    destroy_many, compact = FileKeyStore.destroy_many, StateStore.compact
 
-    def patched_destroy(self: FileKeyStore, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
-        n = calls["destroy"]
-        calls["destroy"] += 1
-        if n == k and point == "before-destroy":
+    def patched_destroy_many(self: FileKeyStore, erasures: Sequence[tuple[str, Sequence[str]]]) -> None:
+        first = calls["destroy"]  # conversations destroyed so far: the clears are one at a time here
+        calls["destroy"] += len(erasures)
+        hit = first <= k < first + len(erasures)
+        if hit and point == "before-destroy":
             _die()
-        destroy(self, conversation_id, key_ids)
-        if n == k and point == "after-destroy":
+        destroy_many(self, erasures)
+        if hit and point == "after-destroy":
             _die()
 
     def patched_compact(self: StateStore, ranges: Any) -> None:
@@ -55,7 +56,7 @@ def _inject(point: str, k: int) -> None:
         if n == k and point == "after-compact":
             _die()
 
-    FileKeyStore.destroy = patched_destroy  # type: ignore[method-assign]
+    FileKeyStore.destroy_many = patched_destroy_many  # type: ignore[method-assign]
     StateStore.compact = patched_compact  # type: ignore[method-assign]
 
 

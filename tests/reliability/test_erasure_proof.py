@@ -144,19 +144,20 @@ def test_projection_registered_after_the_clear_loses_the_rows_physically(tmp_pat
 
 
 class _DestroyFailsOnce:
-    """``FileKeyStore.destroy`` raising once (a full disk, say), then working again."""
+    """``FileKeyStore.destroy_many`` (what an erasure calls) raising once (a full disk, say),
+    then working again."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
-        real = FileKeyStore.destroy
+        real = FileKeyStore.destroy_many
 
-        def destroy(keys: FileKeyStore, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
+        def destroy_many(keys: FileKeyStore, erasures: Sequence[tuple[str, Sequence[str]]]) -> None:
             self.calls += 1
             if self.calls == 1:
                 raise OSError(28, "No space left on device (injected)")
-            real(keys, conversation_id, key_ids)
+            real(keys, erasures)
 
-        monkeypatch.setattr(FileKeyStore, "destroy", destroy)
+        monkeypatch.setattr(FileKeyStore, "destroy_many", destroy_many)
 
 
 def test_a_failed_erasure_leaves_it_closed_and_clear_again_completes_it(

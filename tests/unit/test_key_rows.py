@@ -1,7 +1,7 @@
 """The ``K`` rows (``projections.keys.key_id_key``): the state records which data keys each
 conversation's records were sealed under, and ``clear`` destroys exactly those (then deletes its
 ``E`` and ``K`` rows). Real RocksDB, a real FileLog and a real ``FileKeyStore``: a subclass of it
-records every ``destroy(c, key_ids)`` call, then runs the real one.
+records every ``destroy_many([(c, key_ids), ...])`` call, then runs the real one.
 
 A second key of one conversation is what the key store's bucket file holds when two creators
 raced (or, with pooled keys, a spare bound before a restart): a second key record, written here
@@ -34,18 +34,19 @@ from schemas.sealed import DataKey
 
 
 class RecordingKeys(FileKeyStore):
-    """A ``FileKeyStore`` that records each ``destroy`` (conversation, key ids), and can be made
-    to fail the next ``fail`` of them (a full disk, say) before doing anything."""
+    """A ``FileKeyStore`` that records each conversation an erasure destroys (``destroy_many``:
+    conversation, key ids), and can be made to fail the next ``fail`` calls (a full disk, say)
+    before doing anything."""
 
     calls: list[tuple[str, list[str]]] = []
     fail = 0
 
-    def destroy(self, conversation_id: str, key_ids: Sequence[str] = ()) -> None:
-        RecordingKeys.calls.append((conversation_id, sorted(key_ids)))
+    def destroy_many(self, erasures: Sequence[tuple[str, Sequence[str]]]) -> None:
+        RecordingKeys.calls += [(conversation_id, sorted(key_ids)) for conversation_id, key_ids in erasures]
         if RecordingKeys.fail:
             RecordingKeys.fail -= 1
             raise StateUnavailable("No space left on device (injected)")
-        super().destroy(conversation_id, key_ids)
+        super().destroy_many(erasures)
 
 
 @pytest.fixture(autouse=True)
