@@ -15,7 +15,8 @@ langchain (``HistlogMiddleware``'s overhead per agent step vs the same ``create_
 sealed (erasure's AES-256-GCM sealing and key store vs today's encode and a raw append + fsync), and
 erasure (the sealed engine vs ``seal=False``, interleaved rounds: appends/s and CPU per append at 1/16/64
 writers, replay, clear latency), clears (appends to other conversations while clears run, against the
-same appends with none), and instructions (callgrind's count per record of replay's validation).
+same appends with none), bulk (``clear_prefix`` against a clear of each, reads by ids against a whole
+read and a filter), and instructions (callgrind's instructions per append and per replayed record).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ __all__ = ["NAMES", "run_all"]
 
 NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
          "forward", "cluster", "langchain", "sealed", "erasure", "clears", "instructions",
-         "postgres")
+         "postgres", "bulk")
 
 
 def run_all(argv: list[str] | None = None) -> int:

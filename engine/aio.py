@@ -44,10 +44,10 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import ParamSpec, TypeVar
 
-from engine.arguments import Empty, check_timeout
+from engine.arguments import Empty, check_clear_prefix, check_timeout
 from engine.facade import EngineStats, HistoryEngine
 from engine.reading import at_least_position
-from engine.writes import Submitted, Written, receipt_of
+from engine.writes import CLEAR_BATCH, Submitted, Written, receipt_of
 from projections.admission import Decision
 from projections.delivery import Ticket
 from projections.navigation import Order
@@ -168,6 +168,23 @@ class AsyncHistoryEngine:
         await self._write(lambda: self.engine._writes.submit_clear(conversation_id, timeout),
                           conversation_id if isinstance(conversation_id, str) else "")
 
+    async def clear_prefix(self, prefix: str, timeout: float = 30.0) -> int:
+        """``HistoryEngine.clear_prefix``: the clears of each batch awaited together on the loop."""
+        prefix = check_clear_prefix(prefix)
+        check_timeout(timeout)
+        ids = await self.conversations(prefix)
+        await self._clear_all(ids, timeout)
+        return len(ids)
+
+    async def _clear_all(self, ids: list[str], timeout: float = 30.0) -> None:
+        """Clear ``ids``, ``CLEAR_BATCH`` at a time (the service's cluster members list their own)."""
+        for start in range(0, len(ids), CLEAR_BATCH):
+            done = await asyncio.gather(*(self.clear(c, timeout) for c in ids[start:start + CLEAR_BATCH]),
+                                        return_exceptions=True)
+            failed = next((d for d in done if isinstance(d, BaseException)), None)
+            if failed is not None:
+                raise failed
+
     async def wait_applied(self, position: LogPosition, timeout: float = 30.0) -> None:
         """``HistoryEngine.wait_applied`` without a thread: the wait is a future the projector
         resolves (``Positions.when_applied``), so any number of waiters hold no worker."""
@@ -218,6 +235,16 @@ class AsyncHistoryEngine:
         if isinstance(limit, int) and 0 <= limit <= INLINE_MESSAGES:
             return self.engine.entries(*args)
         return await _off_loop(self.engine.entries, *args)
+
+    async def entries_by_ids(self, conversation_id: str, ids: list[str]) -> list[StoredMessage]:
+        if isinstance(ids, (list, tuple)) and len(ids) <= INLINE_MESSAGES:
+            return self.engine.entries_by_ids(conversation_id, ids)
+        return await _off_loop(self.engine.entries_by_ids, conversation_id, ids)
+
+    async def turn_sources_by_ids(self, conversation_id: str, ids: list[str]) -> list[TurnSource]:
+        if isinstance(ids, (list, tuple)) and len(ids) <= INLINE_MESSAGES:
+            return self.engine.turn_sources_by_ids(conversation_id, ids)
+        return await _off_loop(self.engine.turn_sources_by_ids, conversation_id, ids)
 
     async def position_of(self, conversation_id: str, message_id: str) -> HistoryPosition:
         return self.engine.position_of(conversation_id, message_id)  # two point reads: on the loop

@@ -9,14 +9,17 @@ from datetime import datetime
 from pathlib import Path
 
 from schemas.batch import Batch, Receipt
-from schemas.errors import InvalidConfiguration, InvalidReceipt, InvalidWindow
-from schemas.ids import ConversationID
+from schemas.errors import InvalidConfiguration, InvalidConversationID, InvalidReceipt, InvalidWindow, NotFound
+from schemas.ids import ConversationID, MessageID
 from schemas.positions import HistoryPosition
 from schemas.times import ms_bound
 
-__all__ = ["EMPTY", "Empty", "check_budget", "check_context", "check_cursors", "check_directory", "check_limit",
-           "check_order", "check_partitions", "check_prefix", "check_timeout", "check_window", "expected_of",
-           "time_bound"]
+__all__ = ["EMPTY", "MAX_IDS", "Empty", "check_budget", "check_clear_prefix", "check_context", "check_cursors",
+           "check_directory", "check_ids", "check_limit", "check_order", "check_partitions", "check_prefix",
+           "check_timeout", "check_window", "expected_of", "time_bound"]
+
+MAX_IDS = 10_000
+"""The most message ids one read by ids takes (``check_ids``)."""
 
 
 def check_cursors(after: HistoryPosition | None, before: HistoryPosition | None) -> None:
@@ -66,6 +69,36 @@ def check_prefix(prefix: str | None) -> str:
     # a prefix may end in whitespace ("bot 7 "), which an id may not: check it with a stand-in end
     ConversationID(prefix + "x" if prefix[-1].isspace() else prefix)
     return prefix
+
+
+def check_clear_prefix(prefix: str) -> str:
+    """``clear_prefix``'s prefix: as ``check_prefix``, but never empty (that would clear every
+    conversation: clear them one by one if that is what you mean)."""
+    if isinstance(prefix, str) and prefix == "":
+        raise InvalidConversationID("clear_prefix needs a non-empty prefix (e.g. 'bot-7/'): an empty one would "
+                                    "clear every conversation; clear them one by one if you mean that")
+    if prefix is None:
+        raise InvalidConversationID("clear_prefix needs a prefix (a str such as 'bot-7/'), got None")
+    return check_prefix(prefix)
+
+
+def check_ids(ids: Iterable[str]) -> list[MessageID]:
+    """The message ids of a read by ids: a list or tuple of at most ``MAX_IDS`` str; a str that
+    spells no message id names no message and is left out (``MessageID.parse``)."""
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, (list, tuple)):
+        raise InvalidWindow(f"invalid ids: expected a list of message ids (APPEND_ID/INDEX), got {type(ids).__name__}")
+    if len(ids) > MAX_IDS:
+        raise InvalidWindow(f"invalid ids: {len(ids)} ids, at most {MAX_IDS} in one call; split the call")
+    out = []
+    for k, text in enumerate(ids):
+        if not isinstance(text, str):
+            raise InvalidWindow(f"invalid ids[{k}]: expected a message id str (APPEND_ID/INDEX), "
+                                f"got {type(text).__name__}")
+        try:
+            out.append(MessageID.parse(text))
+        except NotFound:
+            continue
+    return out
 
 
 def check_directory(path: str | Path | None) -> None:

@@ -26,6 +26,7 @@ from pathlib import Path
 from engine.arguments import (
     EMPTY,
     Empty,
+    check_clear_prefix,
     check_directory,
     check_partitions,
     check_timeout,
@@ -331,6 +332,19 @@ class HistoryEngine(EngineReads):
         ``timeout``: as ``append`` (checked before any I/O; ``0`` writes and does not wait).
         """
         self._writes.settle(self._writes.submit_clear(conversation_id, timeout))
+
+    def clear_prefix(self, prefix: str, timeout: float = 30.0) -> int:
+        """Clear every open conversation whose id starts with ``prefix`` (non-empty, e.g.
+        ``"bot-7/"``; the reference's ``DeleteByBot``), each erased as ``clear`` erases it, on the
+        partitions this engine owns; returns how many were open when the call listed them.
+        Those listed are the ones cleared: a conversation created after the listing is not
+        touched. Idempotent and resumable: after a failure or a crash, the same call clears the
+        rest (the ones cleared are no longer open). ``timeout``: as ``clear``, for each clear."""
+        prefix = check_clear_prefix(prefix)
+        check_timeout(timeout)
+        ids = self.conversations(prefix)  # one snapshot, released before the erasures compact
+        self._writes.clear_many(ids, timeout)
+        return len(ids)
 
     # -- stats ---------------------------------------------------------------------------------
     def stats(self) -> EngineStats:

@@ -15,6 +15,7 @@ from engine.arguments import (
     check_budget,
     check_context,
     check_cursors,
+    check_ids,
     check_limit,
     check_order,
     check_prefix,
@@ -162,6 +163,24 @@ class EngineReads:
         self._ready(c)
         return self._reads.entries(c, after, before, limit, include_hidden, order,
                                    since_ms, until_ms)
+
+    def entries_by_ids(self, conversation_id: str, ids: list[str]) -> list[StoredMessage]:
+        """The visible messages named by ``ids`` (message ids from ``entries``), in history order,
+        each once; ids that name no visible message (unknown, hidden by a replacement, or not a
+        message id) are left out. At most ``MAX_IDS`` (10,000) ids per call; O(ids) point reads,
+        whatever the history's length."""
+        c = ConversationID(conversation_id)
+        wanted = check_ids(ids)
+        self._ready(c)
+        return self._reads.entries_by_ids(c, wanted)
+
+    def turn_sources_by_ids(self, conversation_id: str, ids: list[str]) -> list[TurnSource]:
+        """``entries_by_ids`` as ``TurnSource``s (what ``turn_sources`` gives: id, role, content
+        without metadata, time, interrupted)."""
+        c = ConversationID(conversation_id)
+        wanted = check_ids(ids)
+        self._ready(c)
+        return self._reads.turn_sources_by_ids(c, wanted)
 
     def position_of(self, conversation_id: str, message_id: str) -> HistoryPosition:
         """The ``HistoryPosition`` of the visible message ``message_id`` (an id from ``entries``,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -36,6 +36,9 @@ from schemas.times import now_ms
 
 __all__ = ["SUBMIT_THREADS", "Submitted", "Writes", "Written", "receipt_of"]
 
+CLEAR_BATCH = 1000
+"""How many clears ``clear_many`` has in flight at once (their tickets, their erasures: one
+projector step erases all the clears it applies together)."""
 SUBMIT_THREADS = 32
 """At most this many threads run the submits of an event loop's writes (``engine.aio``) when the
 log's ``produce`` may block (Kafka): each for about one send; none waits for an acknowledgement
@@ -163,7 +166,9 @@ class Writes:
                              f"append {str(a)!r} to {str(c)!r}",
                              "resend the same Batch (it is safe: a retry returns the original receipt)")
 
-    def submit_clear(self, conversation_id: str, timeout: float) -> Submitted:
+    def submit_clear(self, conversation_id: str, timeout: float, *, lead: bool = True) -> Submitted:
+        """``clear``'s write; ``lead=False``: never lead the log's group commit (``clear_many``
+        writes many before it waits, so the flusher writes them in few groups)."""
         check_timeout(timeout)
         c = ConversationID(conversation_id)
         self._check_open()
@@ -175,7 +180,30 @@ class Writes:
             return None
         event = ConversationCleared(c, _now_ms())
         return self._produce(record_key(c), encode_event(event), timeout, None, f"clear of {str(c)!r}",
-                             "call clear again")
+                             "call clear again", lead=lead)
+
+    def clear_many(self, ids: Sequence[str], timeout: float) -> None:
+        """Clear ``ids`` (``HistoryEngine.clear_prefix``), ``CLEAR_BATCH`` at a time: each batch's
+        clears are written before any is waited on, so one projector step applies many of them
+        and one erasure (one flush, one compaction) forgets them together. Every clear written is
+        waited on (its ticket released) even when another fails; the first failure is raised
+        after that, and calling again clears the rest (a cleared conversation is not listed)."""
+        for start in range(0, len(ids), CLEAR_BATCH):
+            submitted: list[Submitted] = []
+            failure: BaseException | None = None
+            for c in ids[start:start + CLEAR_BATCH]:
+                try:
+                    submitted.append(self.submit_clear(c, timeout, lead=False))
+                except BaseException as e:
+                    failure = e
+                    break
+            for one in submitted:
+                try:
+                    self.settle(one)
+                except BaseException as e:
+                    failure = failure or e
+            if failure is not None:
+                raise failure
 
     @property
     def sealing(self) -> bool:
@@ -193,7 +221,7 @@ class Writes:
         return keys is not None and not keys.known(conversation_id)
 
     def _produce(self, key: bytes, value: bytes, timeout: float, own: Own | None, what: str,
-                 then: str) -> Written:
+                 then: str, *, lead: bool = True) -> Written:
         """Take the ticket, then produce the record and let the ticket follow it (its position,
         its write's failure): the ticket is released here if the produce raises, else by
         whoever waits on the returned ``Written``. ``own`` (a batch's events, None for a clear)
@@ -202,7 +230,7 @@ class Writes:
         ticket = self._projector.expect(key, value, own)
         try:
             self._projector.check_owned(key)  # a revoke begun before the ticket was taken: do not write
-            produced = self._log.produce(key, value, timeout=timeout, lead=not _on_loop())
+            produced = self._log.produce(key, value, timeout=timeout, lead=lead and not _on_loop())
             ticket.follow(produced)
         except BaseException:
             ticket.release()

@@ -8,11 +8,11 @@ seqs and ordinals are both contiguous, so a cursor becomes an ordinal bound in O
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Literal, NamedTuple
 
-from projections import keys, navigation
+from projections import by_ids, keys, navigation
 from projections.navigation import Order, message_id
 from projections.rows import FLAG_INTERRUPTED, AggregateRow, ConversationRow, MessageRow, ReceiptRow, SourceRow
 from projections.store import Snapshot, StateStore
@@ -197,6 +197,33 @@ class Reads:
                           keep: Callable[[bytes], bool] | None = None) -> list[ConversationID]:
         """``navigation.conversation_page`` on one snapshot."""
         return navigation.conversation_page(self.store.iterator(), prefix, after, limit, keep)
+
+    def entries_by_ids(self, conv: str, ids: Sequence[MessageID]) -> list[StoredMessage]:
+        """The visible messages ``ids`` names, in history order, each once (``projections.by_ids``)."""
+        opened = self._open(conv)
+        if opened is None:
+            return []
+
+        def pick(value: bytes, append_id: str, index: int, seq: int) -> StoredMessage | None:
+            row = MessageRow.decode(value)
+            return _stored(row) if row.seq == seq else None
+
+        return by_ids.visible_rows(opened.snap, opened.conv, opened.row.messages, ids, keys.message_key, pick)
+
+    def turn_sources_by_ids(self, conv: str, ids: Sequence[MessageID]) -> list[TurnSource]:
+        """``entries_by_ids`` narrowed to ``TurnSource`` (the ``N`` rows: no metadata is read)."""
+        opened = self._open(conv)
+        if opened is None:
+            return []
+
+        def pick(value: bytes, append_id: str, index: int, seq: int) -> TurnSource | None:
+            _, created, at, role, flags, stored_append, content = SourceRow.decode(value)
+            if stored_append != append_id or at != index:  # a replacement's row holds the ordinal
+                return None
+            return TurnSource(message_id(append_id, index), _ROLES[role], content, _time(created),
+                              bool(flags & FLAG_INTERRUPTED))
+
+        return by_ids.visible_rows(opened.snap, opened.conv, opened.row.messages, ids, keys.source_key, pick)
 
     # -- turns ---------------------------------------------------------------------------------
     def turn(self, conv: str, message_id_: str) -> HistoryTurn:

@@ -17,7 +17,7 @@ from engine.cli.ops import cmd_rebuild, cmd_stats, cmd_tail
 from engine.cli.reads import cmd_list, cmd_locate, cmd_read, cmd_turns
 from engine.cli.target import DEFAULT_DATA, DEFAULT_TOPIC, Target
 from engine.cli.tools import cmd_bench, cmd_demo, cmd_log_verify, cmd_replay
-from engine.cli.writes import cmd_append, cmd_clear, cmd_replace_turn
+from engine.cli.writes import cmd_append, cmd_clear, cmd_clear_prefix, cmd_replace_turn
 
 SERVER_MISSING: str | None = None
 """Why ``histlog serve`` cannot run here (histlog[server] is not installed), or None. Every other
@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until", metavar="ISO", help="only messages created before this time (exclusive)")
     p.add_argument("--include-hidden", action="store_true",
                    help="also the messages of replaced turns, marked hidden (not with --window/--max-bytes/--measure)")
+    p.add_argument("--id", metavar="MESSAGE_ID", action="append", dest="ids",
+                   help="only the visible messages with these ids (repeat it; APPEND_ID/INDEX as --json shows them; "
+                   "ids naming none are left out); with --turn-sources, as turn sources")
     p.add_argument("--json", action="store_true", help="JSON output")
 
     p = command("locate", cmd_locate, "find the message a platform refers to by its own id",
@@ -184,6 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
                 "Close a conversation forever: its messages leave the projections and later appends are "
                 "refused (exit 3). Clearing twice, or clearing an id never written, is fine.")
     p.add_argument("conversation", metavar="CONVERSATION")
+
+    p = command("clear-prefix", cmd_clear_prefix, "clear every open conversation whose id starts with PREFIX",
+                "Clear every open conversation whose id starts with PREFIX (e.g. bot-7/ for one bot's, with "
+                "such an id convention), each erased as `histlog clear` erases it; prints how many. A "
+                "conversation created while it runs is not touched. Idempotent and resumable: after a "
+                "failure, run it again to clear the rest. An empty PREFIX is refused (exit 2).")
+    p.add_argument("prefix", metavar="PREFIX")
+    p.add_argument("--json", action="store_true", help='print {"cleared": N}')
 
     p = command("stats", cmd_stats, "log offsets, lag and admission counts")
     p.add_argument("--json", action="store_true", help="one JSON object")

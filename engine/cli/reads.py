@@ -1,6 +1,7 @@
 """The commands that read: ``read`` (the history or a page of it, a window, a byte budget, turn
-sources, a measure), ``turns``, ``locate`` and ``list``. Each checks its flags, makes one engine call and prints the
-result: text lines from ``engine.render``, JSON as the schemas serialise their values."""
+sources, a measure, the messages named by ``--id``), ``turns``, ``locate`` and ``list``. Each
+checks its flags, makes one engine call and prints the result: text lines from
+``engine.render``, JSON as the schemas serialise their values."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from engine.cli.exits import OK, UsageError
 from engine.cli.target import Target
 from engine.render import entry_line, json_text, print_lines, render_message
 from projections.reads import Unit
+from schemas.batch import TurnSource
 from schemas.errors import InvalidWindow
 from schemas.ids import ConversationID
 from schemas.positions import HistoryPosition
@@ -57,6 +59,8 @@ def cmd_read(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
                          "or --measure (those read the visible history)")
     paging = [f for f, v in (("--before", ns.before), ("--order", ns.order), ("--limit", ns.limit),
                              ("--since", ns.since), ("--until", ns.until)) if v is not None]
+    if ns.ids is not None:
+        return _read_ids(ns, target, conversation, paging, out)
     if paging and (ns.window is not None or ns.max_bytes is not None or ns.measure):
         raise UsageError(f"{paging[0]} pages the stored messages; it does not go with --window, --max-bytes "
                          "or --measure")
@@ -89,6 +93,34 @@ def cmd_read(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     else:
         print_lines(out, *(entry_line(e) for e in entries))
     return OK
+
+
+def _read_ids(ns: argparse.Namespace, target: Target, conversation: ConversationID, paging: list[str],
+              out: TextIO) -> int:
+    """``--id``: the named messages (``entries_by_ids``), or with ``--turn-sources`` their sources."""
+    other = [f for f, v in (("--window", ns.window), ("--max-bytes", ns.max_bytes), ("--after", ns.after),
+                            ("--unit", ns.unit)) if v is not None] + paging
+    other += [f for f, v in (("--measure", ns.measure), ("--include-hidden", ns.include_hidden)) if v]
+    if other:
+        raise UsageError(f"--id reads the messages it names; it does not go with {other[0]}")
+    with target.open() as engine:
+        if ns.turn_sources:
+            sources = engine.turn_sources_by_ids(conversation, ns.ids)
+            if ns.json:
+                print_lines(out, json_text({"sources": [s.to_json() for s in sources]}))
+            else:
+                print_lines(out, *(_source_line(s) for s in sources))
+            return OK
+        entries = engine.entries_by_ids(conversation, ns.ids)
+    if ns.json:
+        print_lines(out, json_text([e.to_json() for e in entries]))
+    else:
+        print_lines(out, *(entry_line(e) for e in entries))
+    return OK
+
+
+def _source_line(s: TurnSource) -> str:
+    return f"[{s.id}] {s.role.value}{' (interrupted)' if s.interrupted else ''}: {s.content.decode('utf-8')}"
 
 
 def _read_window(target: Target, conversation: ConversationID, limit: int, as_json: bool, out: TextIO) -> int:
@@ -125,8 +157,7 @@ def _read_sources(target: Target, conversation: ConversationID, max_bytes: int, 
         return OK
     if load.truncated:
         print_lines(out, _LEFT_OUT)
-    print_lines(out, *(f"[{s.id}] {s.role.value}{' (interrupted)' if s.interrupted else ''}: "
-                       f"{s.content.decode('utf-8')}" for s in load.messages))
+    print_lines(out, *(_source_line(s) for s in load.messages))
     return OK
 
 

@@ -1,13 +1,15 @@
-"""The commands that write: ``append``, ``replace-turn``, ``clear``. Each builds its input from
+"""The commands that write: ``append``, ``replace-turn``, ``clear``, ``clear-prefix``. Each builds its input from
 the arguments (a ``Batch`` validates before any I/O), makes one engine call and prints the
 receipt as the schemas serialise it."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import TextIO
 
+from engine.arguments import check_clear_prefix
 from engine.cli.exits import OK, UsageError
 from engine.cli.target import Target
 from engine.render import print_lines
@@ -16,7 +18,7 @@ from schemas.errors import InvalidBatch
 from schemas.ids import ConversationID
 from schemas.messages import Message, Role, TextPart
 
-__all__ = ["cmd_append", "cmd_clear", "cmd_replace_turn"]
+__all__ = ["cmd_append", "cmd_clear", "cmd_clear_prefix", "cmd_replace_turn"]
 
 
 def _batch_file(conversation: str, append_id: str, path: str) -> Batch:
@@ -70,4 +72,16 @@ def cmd_clear(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     with target.open() as engine:
         engine.clear(conversation)
     print_lines(out, f"cleared {conversation} (closed forever: later appends to it are refused)")
+    return OK
+
+
+def cmd_clear_prefix(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    prefix = check_clear_prefix(ns.prefix)
+    with target.open() as engine:
+        cleared = engine.clear_prefix(prefix)
+    if ns.json:
+        print_lines(out, json.dumps({"cleared": cleared}))
+    else:
+        print_lines(out, f"cleared {cleared} conversation{'' if cleared == 1 else 's'} whose id starts with "
+                         f"{prefix!r} (closed forever: later appends to them are refused)")
     return OK

@@ -25,8 +25,10 @@ import orjson
 from engine.arguments import (
     Empty,
     check_budget,
+    check_clear_prefix,
     check_context,
     check_cursors,
+    check_ids,
     check_limit,
     check_order,
     check_prefix,
@@ -51,6 +53,7 @@ from engine.service.wire import (
     time_text,
     turn_of,
 )
+from engine.service.wire_bulk import cleared_of
 from projections.navigation import Order
 from projections.reads import Unit
 from schemas.batch import (
@@ -70,9 +73,10 @@ from schemas.ids import ConversationID, MessageID
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
 
-__all__ = ["Plan", "append", "clear", "conversations", "entries", "latest_interrupted_checkpoint", "latest_turn",
-           "locate", "measure", "poison", "position_of", "read", "read_within_bytes", "replace_turn", "stats", "turn",
-           "turn_sources", "turns", "window", "window_entries"]
+__all__ = ["Plan", "append", "clear", "clear_prefix", "conversations", "entries", "entries_by_ids",
+           "latest_interrupted_checkpoint", "latest_turn", "locate", "measure", "poison", "position_of", "read",
+           "read_within_bytes", "replace_turn", "stats", "turn", "turn_sources", "turn_sources_by_ids", "turns",
+           "window", "window_entries"]
 
 T = TypeVar("T")
 Plan = Generator[Request, Any, T]
@@ -171,6 +175,16 @@ def clear(conversation_id: str, timeout: float | None = None) -> Plan[None]:
                   conversation=str(conversation_id))
 
 
+def clear_prefix(prefix: str, timeout: float | None = None) -> Plan[int]:
+    """``HistoryEngine.clear_prefix``: ``POST /v1/conversations:clear`` (a cluster member clears
+    on every owner); a resend after a failure clears the rest."""
+    _timeout(timeout)
+    prefix = check_clear_prefix(prefix)
+    tree = yield Request("POST", "/v1/conversations:clear", body=orjson.dumps({"prefix": prefix}), write=True,
+                         timeout=timeout)
+    return cleared_of(tree)
+
+
 # ----- reads
 def entries(conversation_id: str, after: HistoryPosition | None = None, before: HistoryPosition | None = None,
             limit: int | None = None, include_hidden: bool = False, order: Order = "asc",
@@ -187,6 +201,25 @@ def entries(conversation_id: str, after: HistoryPosition | None = None, before: 
                     until=None if until is None else time_text(until))
     tree = yield Request("GET", path, query, conversation=str(conversation_id))
     return [stored_of(row) for row in _field(tree, "messages")]
+
+
+def _by_ids(conversation_id: str, ids: list[str], view: str | None) -> Plan[Any]:
+    path = _conv(conversation_id) + "/messages:by-ids"
+    check_ids(ids)
+    return (yield Request("POST", path, _params(view=view), body=orjson.dumps({"ids": list(ids)}),
+                          conversation=str(conversation_id)))
+
+
+def entries_by_ids(conversation_id: str, ids: list[str]) -> Plan[list[StoredMessage]]:
+    """``HistoryEngine.entries_by_ids``: ``POST .../messages:by-ids``."""
+    tree = yield from _by_ids(conversation_id, ids, None)
+    return [stored_of(row) for row in _field(tree, "messages")]
+
+
+def turn_sources_by_ids(conversation_id: str, ids: list[str]) -> Plan[list[TurnSource]]:
+    """``HistoryEngine.turn_sources_by_ids``: ``POST .../messages:by-ids?view=turn-sources``."""
+    tree = yield from _by_ids(conversation_id, ids, "turn-sources")
+    return [source_of(row) for row in _field(tree, "sources")]
 
 
 def position_of(conversation_id: str, message_id: str) -> Plan[HistoryPosition]:

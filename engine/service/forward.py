@@ -147,13 +147,16 @@ class Forwarder:
     async def get_json(self, owner: str, path: str, params: dict[str, str], authorization: str | None) -> Any:
         """``GET owner+path`` marked forwarded, its JSON on 200; a problem answer raised as its
         error, no answer as ``NotReady``. For the fan-outs (``GET /v1/conversations``)."""
+        return await self._json(owner, "GET", path, authorization, params=params)
+
+    async def _json(self, owner: str, method: str, path: str, authorization: str | None, **given: Any) -> Any:
         headers = {FORWARDED_HEADER: "1"}
         if authorization is not None:
             headers["Authorization"] = authorization
         with self._pools.lease() as http:
             try:
-                answer = await http.get(owner.rstrip("/") + path, params=params, headers=headers,
-                                        timeout=self._timeout(stream=False))
+                answer = await http.request(method, owner.rstrip("/") + path, headers=headers,
+                                            timeout=self._timeout(stream=False), **given)
             except httpx.TransportError as exc:
                 raise _unreachable(owner, exc) from None
         try:
@@ -163,6 +166,11 @@ class Forwarder:
         if answer.status_code != 200:
             raise error_of(answer.status_code, tree)
         return tree
+
+    async def post_json(self, owner: str, path: str, tree: Any, authorization: str | None) -> Any:
+        """``POST owner+path`` with the JSON ``tree``, as ``get_json`` (the fan-out of
+        ``POST /v1/conversations:clear``)."""
+        return await self._json(owner, "POST", path, authorization, json=tree)
 
     async def aclose(self) -> None:
         """Close the pooled connections (idempotent; a later relay opens new ones)."""

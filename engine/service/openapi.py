@@ -18,7 +18,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from engine.service.problems import CONTENT_TYPE
-from engine.service.routing import Param
+from engine.service.routing import CHOICES, Param
 from engine.service.wire import _POSITION, FORWARDED_HEADER, MAX_INT, Problem
 
 if TYPE_CHECKING:
@@ -49,10 +49,8 @@ def _query_schema(param: Param) -> dict[str, Any]:
         return {"type": "string", "pattern": _POSITION}
     if param.kind == "bool":
         return {"type": "boolean"}
-    if param.kind == "unit":
-        return {"type": "string", "enum": ["turn", "message"]}
-    if param.kind == "order":
-        return {"type": "string", "enum": ["asc", "desc"]}
+    if param.kind in CHOICES:
+        return {"type": "string", "enum": list(CHOICES[param.kind])}
     if param.kind == "time":
         return {"type": "string", "format": "date-time"}
     return {"type": "string"}

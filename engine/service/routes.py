@@ -19,8 +19,8 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from engine.arguments import EMPTY
-from engine.service import wire
+from engine.arguments import EMPTY, check_clear_prefix
+from engine.service import wire, wire_bulk
 from engine.service.auth import read_body
 from engine.service.forward import Forwarder, is_forwarded
 from engine.service.routing import Param, Router, segment
@@ -129,6 +129,40 @@ async def delete_conversation(request: Request, ctx: Context, query: dict[str, A
     c = segment(request, "c")
     await ctx.router.engine(c).clear(c)
     return Response(status_code=204)
+
+
+async def post_clear_prefix(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    """``clear_prefix`` on this member's conversations; in a cluster (unless the request was
+    forwarded) also on every other owner's, the counts added up."""
+    prefix = check_clear_prefix(wire_bulk.prefix_body_of(await read_body(request, ctx.max_body)))
+    owners = ctx.router.current()
+    if owners is None:
+        return json_response({"cleared": await ctx.router.local.clear_prefix(prefix)})
+    ids = await _owned_page(ctx, prefix, None, wire.MAX_INT)  # what this member owns (its engine may hold more)
+    await ctx.router.local._clear_all(ids)
+    cleared = len(ids)
+    if ctx.forwarder is not None and not is_forwarded(request):
+        missing = sorted(set(range(owners.partitions)) - set(owners.owners))
+        if missing:
+            raise NotReady(f"partitions {missing[:8]} have no owner right now (the group is rebalancing), so their "
+                           "conversations were not cleared; send the same request again shortly (it is idempotent)")
+        others = sorted(set(owners.owners.values()) - {owners.self_url})
+        trees = await asyncio.gather(*(ctx.forwarder.post_json(url, "/v1/conversations:clear", {"prefix": prefix},
+                                                               request.headers.get("authorization"))
+                                       for url in others))
+        cleared += sum(wire_bulk.cleared_of(tree) for tree in trees)
+    return json_response({"cleared": cleared})
+
+
+async def post_by_ids(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c = segment(request, "c")
+    ids = wire_bulk.ids_body_of(await read_body(request, ctx.max_body))
+    await _at_least(ctx, c, query)
+    engine = ctx.router.engine(c)
+    if query.get("view") == "turn-sources":
+        sources = await engine.turn_sources_by_ids(c, ids)
+        return json_response({"sources": [orjson.Fragment(s.to_json()) for s in sources]})
+    return json_response({"messages": wire.messages_json(await engine.entries_by_ids(c, ids))})
 
 
 async def get_conversations(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
@@ -283,6 +317,9 @@ OPS: tuple[Op, ...] = (
        errors=(400, 401, 409, 410, 412, 413, 503, 504)),
     Op("DELETE", _C, "clear", "Close a conversation forever (idempotent)", delete_conversation, (204, None),
        errors=(400, 401, 503, 504)),
+    Op("POST", "/v1/conversations:clear", "clear_prefix", "Clear every open conversation whose id starts with "
+       "prefix (each erased as clear erases it); idempotent and resumable: send it again after a failure",
+       post_clear_prefix, (200, wire_bulk.ClearedOut), body=wire_bulk.PrefixBody, errors=(400, 401, 413, 503, 504)),
     Op("GET", "/v1/conversations", "conversations", "Open conversations in lexical order, paged",
        get_conversations, (200, wire.ConversationsPage), query=(
            Param("prefix", "str", "only ids starting with this"),
@@ -297,6 +334,11 @@ OPS: tuple[Op, ...] = (
                  "and before=<the page's last position> is the page before"),
            Param("since", "time", "only messages with created_at at or after this time (ISO 8601 with a zone)"),
            Param("until", "time", "only messages with created_at before this time (exclusive)"), _AT_LEAST)),
+    Op("POST", _C + "/messages:by-ids", "entries_by_ids", "The visible messages named by their ids, in history "
+       "order (ids that name none are left out; at most 10,000)", post_by_ids, (200, wire.StoredMessagesOut),
+       query=(Param("view", "view", "messages (default): StoredMessages; turn-sources: {\"sources\": [...]}, "
+                    "as turn_sources_by_ids"), _AT_LEAST),
+       body=wire_bulk.IdsBody, errors=(400, 401, 413, 503)),
     Op("GET", _C + "/messages/{m}/position", "position_of", "Where a visible message is (TURN:SEQ, to page from it)",
        get_position, (200, wire.PositionOut), query=(_AT_LEAST,)),
     Op("GET", _C + "/external/{x}", "locate", "The newest visible message with this metadata external_id (a "

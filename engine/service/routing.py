@@ -25,19 +25,23 @@ from engine.service.wire import MAX_INT, history_position_of, log_position_of, t
 from schemas.errors import InvalidRequest, NotOwner, NotReady
 from schemas.records import partition_for_key, record_key
 
-__all__ = ["Forward", "Ownership", "Param", "Router", "parse_query", "segment"]
+__all__ = ["CHOICES", "Forward", "Ownership", "Param", "Router", "parse_query", "segment"]
 
 Ownership = Callable[[], OwnershipMap]
 """Where a cluster member reads its current ``OwnershipMap`` (membership's latest), once per decision."""
 
-Kind = Literal["int", "history", "log", "bool", "unit", "order", "time", "str"]
+Kind = Literal["int", "history", "log", "bool", "unit", "order", "view", "time", "str"]
+CHOICES: dict[str, tuple[str, ...]] = {"unit": ("turn", "message"), "order": ("asc", "desc"),
+                                       "view": ("messages", "turn-sources")}
+"""The kinds whose value is one of a few words (parsed and documented from this table)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Param:
     """A query parameter: ``int`` (``minimum``..2**63-1), ``history`` (``TURN:SEQ``), ``log``
     (``PARTITION:OFFSET``), ``bool`` (``true``/``false``), ``unit`` (``turn``/``message``),
-    ``order`` (``asc``/``desc``), ``time`` (ISO 8601 with a timezone), ``str``."""
+    ``order`` (``asc``/``desc``), ``view`` (``messages``/``turn-sources``), ``time`` (ISO 8601 with a
+    timezone), ``str``."""
 
     name: str
     kind: Kind
@@ -68,6 +72,10 @@ def _value(param: Param, text: str) -> Any:
     if param.kind == "order":
         if text not in ("asc", "desc"):
             raise InvalidRequest(f"{where}: expected asc (oldest first) or desc (newest first), got {text!r}")
+        return text
+    if param.kind == "view":
+        if text not in CHOICES["view"]:
+            raise InvalidRequest(f"{where}: expected messages (StoredMessages) or turn-sources, got {text!r}")
         return text
     if param.kind == "time":
         return time_of_text(text, where)

@@ -18,7 +18,6 @@ its message metadata (part metadata stays).
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -51,9 +50,10 @@ from schemas import (
     TurnSource,
     WindowTooSmall,
 )
+from tests.conformance.by_ids_contract import ByIdsContract, check_by_ids
 from tests.conformance.facade_contract import Backend
 from tests.conformance.navigation_contract import NavigationContract, check_navigation, nav_queries
-from tests.conformance.turns_model import reference_window, starts_turn
+from tests.conformance.turns_model import content_json, is_interrupted, reference_window, starts_turn
 
 START = HistoryPosition.START
 Unit = Literal["turn", "message"]
@@ -70,18 +70,6 @@ __all__ = [
 
 
 # == the reference model ========================================================================
-def content_json(message: Message) -> bytes:
-    """What budgets count and turn sources carry: the message rebuilt without its message
-    metadata, as canonical JSON (part metadata stays)."""
-    return Message(message.role, message.parts).canonical_json()
-
-
-def is_interrupted(message: Message) -> bool:
-    """Message metadata ``interrupted`` is the JSON value ``true`` (not ``"true"``, not ``1``)."""
-    raw = message.metadata.get("interrupted")
-    return raw is not None and json.loads(raw) is True
-
-
 def expected_positions(messages: Sequence[Message]) -> list[HistoryPosition]:
     """Positions of a conversation's messages in stored order (``HistoryPosition``, docs/design.md §5.3)."""
     turn, out = 0, []
@@ -328,7 +316,7 @@ def seqs(load: HistoryLoad[StoredMessage]) -> tuple[list[int], bool]:
     return [e.position.seq for e in load.messages], load.truncated
 
 
-class ReadsContract(NavigationContract):
+class ReadsContract(NavigationContract, ByIdsContract):
     """Read projections (docs/design.md §5.2: ``read_within_bytes``, ``turn_sources``, ``measure``,
     ``window``, ``entries``) equal the reference model on every backend."""
 
@@ -412,6 +400,7 @@ class ReadsContract(NavigationContract):
                                                              label=conv))
                 check_navigation(engine, conv, es, data.draw(nav_queries(es, cursors([e.position for e in es])),
                                                              label=f"{conv} navigation"))
+                check_by_ids(engine, conv, data)
             opened = sorted(c for c in model.messages if c not in model.closed)
             self.check_listing(engine, prefix, opened, data.draw(st.integers(1, 3), label="page size"))
 
@@ -432,6 +421,7 @@ class ReadsContract(NavigationContract):
             total = sum(len(content_json(e.message)) for e in es)
             self.check_reads(engine, conv, es, data.draw(queries([e.position for e in es], total)))
             check_navigation(engine, conv, es, data.draw(nav_queries(es, cursors([e.position for e in es]))))
+            check_by_ids(engine, conv, data)
 
         run()
 

@@ -48,7 +48,8 @@ from schemas import (
     WindowTooSmall,
 )
 
-__all__ = ["Expected", "RefConversation", "RefRow", "Verdict", "interrupted", "reference_window", "starts_turn"]
+__all__ = ["Expected", "RefConversation", "RefRow", "Verdict", "content_json", "interrupted", "is_interrupted",
+           "reference_window", "starts_turn"]
 
 START = HistoryPosition(0, 0)
 
@@ -385,3 +386,15 @@ def reference_window(messages: Sequence[Message], limit: int) -> list[Message]:
             metadata.update(m.metadata)
         head = [Message(Role.SYSTEM, parts, metadata)]
     return head + [m for g in reversed(chosen) for m in g]
+
+
+def content_json(message: Message) -> bytes:
+    """What budgets count and turn sources carry: the message rebuilt without its message
+    metadata, as canonical JSON (part metadata stays)."""
+    return Message(message.role, message.parts).canonical_json()
+
+
+def is_interrupted(message: Message) -> bool:
+    """Message metadata ``interrupted`` is the JSON value ``true`` (not ``"true"``, not ``1``)."""
+    raw = message.metadata.get("interrupted")
+    return raw is not None and json.loads(raw) is True

@@ -428,3 +428,24 @@ def test_openapi_documents_the_cluster_route_and_421_on_routed_operations(served
     assert "421" in window["responses"]
     assert any(p["name"] == FORWARDED_HEADER and p["in"] == "header" for p in window["parameters"])
     assert "421" not in doc["paths"]["/v1/stats"]["get"]["responses"]
+
+
+# ----- clear by prefix
+def test_clear_prefix_clears_on_every_owner_once_and_counts_them_all(cluster: Cluster) -> None:
+    tag = uuid.uuid4().hex[:8]
+    ids = sorted(conversation(i % PARTITIONS, f"{tag}/{i}") for i in range(6))
+    for c in ids:
+        assert put(cluster.owner(c).url, c, "a-1", "x")[0] == 200
+    kept = conversation(1, f"{tag}-other")
+    assert put(cluster.owner(kept).url, kept, "a-1", "x")[0] == 200
+    status, _, body = call(cluster.a.url, "POST", "/v1/conversations:clear", {"prefix": f"route/{tag}/"},
+                           headers=AUTH)
+    assert (status, body) == (200, {"cleared": 6})
+    for c in ids:  # closed on its owner, whoever was asked
+        assert put(cluster.other(c).url, c, "a-2", "y")[0] == 410
+    assert put(cluster.owner(kept).url, kept, "a-2", "y")[0] == 200
+    with HistoryClient([cluster.a.url, cluster.b.url], token=TOKEN) as client:
+        assert client.clear_prefix(f"route/{tag}/") == 0  # idempotent
+        assert client.conversations(f"route/{tag}") == [kept]
+    status, _, body = call(cluster.b.url, "POST", "/v1/conversations:clear", {"prefix": ""}, headers=AUTH)
+    assert status == 400 and body["title"] == "InvalidConversationID" and "prefix" in body["detail"]

@@ -47,6 +47,15 @@ class TestReadsOverHTTP(OverHTTP, ReadsContract):
     def test_bad_arguments_raise_invalid_window_before_any_io(self, *args: Any, **kwargs: Any) -> None: ...
 
 
+class TestReadsOverAsyncHTTP(OverAsyncHTTP, ReadsContract):
+    """The asyncio client on the read contract (reads by ids and clear_prefix among them)."""
+
+    examples = 4
+
+    @pytest.mark.skip(reason=_KEYS_AROUND_STATS)
+    def test_bad_arguments_raise_invalid_window_before_any_io(self, *args: Any, **kwargs: Any) -> None: ...
+
+
 class TestTurnsOverHTTP(OverHTTP, TurnsContract):
     max_examples = 8
 

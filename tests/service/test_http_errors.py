@@ -78,6 +78,42 @@ def test_a_bad_append_body_is_a_400_naming_the_field(served: Served, body: str |
     problem(call(served.url, "PUT", APPEND, body), 400, title, *words)
 
 
+BY_IDS = "/v1/conversations/c/messages:by-ids"
+
+
+@pytest.mark.parametrize(("path", "body", "title", "words"), [
+    (BY_IDS, "{not json", "InvalidRequest", ("request body",)),
+    (BY_IDS, '["a/0"]', "InvalidRequest", ("expected a JSON object",)),
+    (BY_IDS, '{"ids": "a/0"}', "InvalidRequest", ("ids",)),
+    (BY_IDS, '{"ids": ["a/0", 7]}', "InvalidRequest", ("ids[1]",)),
+    (BY_IDS, '{"ids": [], "more": 1}', "InvalidRequest", ("more",)),
+    (BY_IDS, '{}', "InvalidRequest", ("ids",)),
+    (BY_IDS, '{"ids": [' + ",".join(['"x/0"'] * 10_001) + ']}', "InvalidWindow", ("ids", "10000")),
+    (BY_IDS + "?view=all", '{"ids": []}', "InvalidRequest", ("query parameter view", "turn-sources")),
+    ("/v1/conversations:clear", '{"prefix": ""}', "InvalidConversationID", ("non-empty prefix",)),
+    ("/v1/conversations:clear", '{"prefix": 7}', "InvalidRequest", ("prefix",)),
+    ("/v1/conversations:clear", '{"prefix": " bot"}', "InvalidConversationID", ("whitespace",)),
+    ("/v1/conversations:clear", '{}', "InvalidRequest", ("prefix",)),
+])
+def test_a_bad_by_ids_or_clear_prefix_body_is_a_400_naming_the_field(served: Served, path: str, body: str,
+                                                                     title: str, words: tuple[str, ...]) -> None:
+    problem(call(served.url, "POST", path, body), 400, title, *words)
+
+
+def test_by_ids_and_clear_prefix_answer_as_the_engine(served: Served) -> None:
+    assert call(served.url, "PUT", "/v1/conversations/bot-9%2Fu/appends/a1", {"messages": [HI, HI]})[0] == 200
+    status, _, body = call(served.url, "POST", "/v1/conversations/bot-9%2Fu/messages:by-ids",
+                           {"ids": ["a1/1", "zz/0", "a1/0", "a1/1"]})
+    assert status == 200 and [m["id"] for m in body["messages"]] == ["a1/0", "a1/1"]
+    status, _, body = call(served.url, "POST", "/v1/conversations/bot-9%2Fu/messages:by-ids?view=turn-sources",
+                           {"ids": ["a1/1"]})
+    assert status == 200 and [s["id"] for s in body["sources"]] == ["a1/1"] and body["sources"][0]["content"]
+    for cleared in (1, 0):  # idempotent
+        status, _, body = call(served.url, "POST", "/v1/conversations:clear", {"prefix": "bot-9/"})
+        assert (status, body) == (200, {"cleared": cleared})
+    assert call(served.url, "PUT", "/v1/conversations/bot-9%2Fu/appends/a2", {"messages": [HI]})[0] == 410
+
+
 @pytest.mark.parametrize(("path", "title", "words"), [
     ("/v1/conversations/%20c/appends/a1", "InvalidConversationID", ("whitespace",)),
     ("/v1/conversations/c%01/appends/a1", "InvalidConversationID", ("control character",)),

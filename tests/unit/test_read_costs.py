@@ -245,3 +245,19 @@ def test_prefix_pages_cost_o_page_not_conversations(listed: HistoryEngine) -> No
     assert small_keys == big_keys == deep_keys <= 20 + 1, (small_keys, big_keys, deep_keys)
     last, last_keys = cost(prefix="bot-small/", after="bot-small/00090", limit=20)
     assert last == [f"bot-small/{i:05d}" for i in range(91, 100)] and last_keys <= len(last) + 1
+
+
+def test_reads_by_ids_visit_two_keys_an_id_wherever_the_ids_are(built: Built) -> None:
+    costs = {}
+    engine = built.engine
+    for conv in ("small", "big"):
+        named = engine.entries(conv, limit=10) + engine.entries(conv, order="desc", limit=10)
+        named += engine.entries(conv, after=built.middle(conv), limit=10)
+        ids = [e.id for e in named] + ["unknown/0", "nope"]
+        found, keys = built.cost(lambda c=conv, i=ids: engine.entries_by_ids(c, i))  # type: ignore[misc]
+        assert found == sorted({e.id: e for e in named}.values(), key=lambda e: e.position)
+        sources, source_keys = built.cost(lambda c=conv, i=ids: engine.turn_sources_by_ids(c, i))  # type: ignore[misc]
+        assert [s.id for s in sources] == [e.id for e in found]
+        assert keys <= 1 + 2 * len(ids) and source_keys <= 1 + 2 * len(ids), (conv, keys, source_keys)
+        costs[conv] = (keys, source_keys)
+    assert costs["small"] == costs["big"], costs  # the same at 1k and 100k messages
