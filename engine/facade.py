@@ -127,8 +127,6 @@ class HistoryEngine(EngineReads):
                                   self._serve, keys if seal else None)
             self._projector.start(log_.cursor)
             self.catch_up(progress=progress)
-            if any(self._projector.applied_records):  # a replay: on disk before open returns
-                self._projector.persist()
             try:
                 self._projector.complete_erasures()  # left pending by a crash or an error during a clear
             except HistoryError as e:

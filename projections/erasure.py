@@ -12,9 +12,9 @@ cleanup that makes ``clear`` forget.
   sealed under, recorded by admission whenever it opened one: a key store may bind a key to its
   conversation in memory only, so the log, projected into ``K``, is the durable list); then
   ``finish``: for a conversation whose ``E`` row says it had rows (``keys.ERASE_COMPACT``), flush
-  the memtable (the steps that wrote its rows skipped the WAL: ``Tx.commit(derived=True)``),
-  compact every key range its rows had (and the given custom projections' ranges) down to the
-  last level, so no file of the state keeps the rows or their tombstones,
+  the memtable (so the WAL that held its rows is retired), compact every key range its rows had
+  (and the given custom projections' ranges) down to the last level, so no file of the state
+  keeps the rows or their tombstones,
   then delete the ``E`` and ``K`` rows in one WriteBatch. Each step is idempotent: a crash or an
   error in between leaves the ``E`` and ``K`` rows, and the next ``clear`` of the conversation,
   or the next open, runs it again (``pending``). A sealed record met after the clear

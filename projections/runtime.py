@@ -168,7 +168,7 @@ class Projector(Ownership, Positions):
     def _run(self) -> None:
         cursor = self._cursor
         assert cursor is not None  # Invariant: start() sets the cursor before the thread runs.
-        while not self._stopping and self.failure is None:
+        while not self._stopping:
             try:
                 self._follow(cursor)
                 records = cursor.poll(_POLL_TIMEOUT, _MAX_RECORDS)
@@ -184,32 +184,16 @@ class Projector(Ownership, Positions):
                 try:
                     self.apply(records)
                 except BaseException as e:
-                    self._fail(e)
+                    log.exception("projector stopped: the state store failed")
+                    with self._cond:
+                        self.failure = e
+                        self._cond.notify_all()
+                        for heap in self._waiters:
+                            for _, _, wake in heap:
+                                wake()
+                            heap.clear()
+                    self.deliveries.fail(self._failed_now)
                     return
-
-    def _fail(self, e: BaseException) -> None:
-        """Stop for good: the state store failed (fail-stop; waiters are woken and get why)."""
-        log.exception("projector stopped: the state store failed")
-        with self._cond:
-            self.failure = e
-            self._cond.notify_all()
-            for heap in self._waiters:
-                for _, _, wake in heap:
-                    wake()
-                heap.clear()
-        self.deliveries.fail(self._failed_now)
-
-    def persist(self) -> None:
-        """Write what the steps applied to the state's table files now (they skip RocksDB's
-        write-ahead log, ``Tx.commit(derived=True)``), so a crash after this replays nothing
-        before it: the engine calls it once an open's catch-up applied records. A failure stops
-        the projector as a failed step does, and raises why."""
-        with self._step_lock:
-            try:
-                self.store.flush()
-            except BaseException as e:
-                self._fail(e)
-                raise self._failed_now() from e
 
     # -- the step ----------------------------------------------------------------------------
     def apply(self, records: Sequence[RecordLike]) -> None:
@@ -255,7 +239,7 @@ class Projector(Ownership, Positions):
                     tx.put(keys.checkpoint_key(name, p), checkpoint_value(applied[p]))
         cleared = {position.partition for position, _, d in decided if d.outcome is Outcome.CLEARED}
         unseen = erasure.forget_unseen(self.store, tx, cleared, {CORE, *live, *self._registering}) if cleared else []
-        tx.commit(derived=True)
+        tx.commit()
         decided = self._erase(decided, live, unseen)
         for name in set(self._live) - set(live):  # failed in this step
             del self._live[name]
@@ -429,8 +413,8 @@ class Projector(Ownership, Positions):
         if last.offset + 1 > start:
             ptx.commit()
             tx.put(keys.checkpoint_key(name, last.partition), checkpoint_value(last.offset + 1))
-            tx.commit(derived=True)
-        admission_tx.commit(derived=True)
+            tx.commit()
+        admission_tx.commit()
         return cleared
 
     def drop(self, name: str) -> None:

@@ -119,10 +119,6 @@ class StateStore:
         except Exception as e:  # rocksdict raises a plain Exception with RocksDB's status text
             raise _translate(e, path, "opening") from e
         self._write_opts = WriteOptions()  # no sync: the log is the durable truth (see docs)
-        self._step_opts = WriteOptions()
-        # what the log re-derives needs no second log (``Tx.commit``); a property at run time, though
-        # rocksdict 0.3.29's stub declares a method
-        setattr(self._step_opts, "disable_wal", True)  # noqa: B010
         self._snapshots: weakref.WeakSet[Snapshot] = weakref.WeakSet()
         self._closed = False
         self.keys_read = 0
@@ -166,21 +162,14 @@ class StateStore:
         except Exception as e:
             raise self.failed(e, "writing") from e
 
-    def flush(self) -> None:
-        """Write the memtable to a table file and wait for it (``StateUnavailable`` when that fails)."""
-        try:
-            self.db.flush(True)
-        except Exception as e:
-            raise self.failed(e, "flushing") from e
-
     def compact(self, ranges: list[tuple[bytes, bytes]]) -> None:
         """Make the deletions already committed in ``ranges`` physical (erasure,
-        ``projections.erasure``): flush the memtable to a table file (the steps that wrote the
-        deleted rows skipped the WAL, ``Tx.commit(derived=True)``; a WAL holding the other
-        writes is deleted once its rows are in a table file, never recycled or archived here),
-        then compact each ``[lower, upper)`` to the last level, where deleted rows and their
-        tombstones are dropped, so no file of the state holds them any more. Files a live
-        ``Snapshot`` still pins stay until it is released (queries hold one only while they run)."""
+        ``projections.erasure``): flush the memtable to a table file, which retires the WAL that
+        held the deleted rows (RocksDB deletes a WAL once every row of it is in a table file; it
+        never recycles or archives one here), then compact each ``[lower, upper)`` to the last
+        level, where deleted rows and their tombstones are dropped, so no file of the state
+        holds them any more. Files a live ``Snapshot`` still pins stay until it is released
+        (queries hold one only while they run)."""
         try:
             self.db.flush(True)
             options = CompactOptions()
@@ -376,24 +365,13 @@ class Tx:
                 merged[k] = v
         return sorted((k, v) for k, v in merged.items() if v is not None)
 
-    def commit(self, *, derived: bool = False) -> None:
+    def commit(self) -> None:
         """Write the step atomically; a RocksDB failure raises ``StateUnavailable`` (or
-        ``DamagedState``), with nothing of the step applied.
-
-        ``derived``: everything written is re-derived from the log after a crash (a projector
-        step and its checkpoint rows, a catch-up step), so RocksDB's write-ahead log is skipped,
-        as Kafka Streams skips it for state its changelog restores. After a kill -9 the state
-        reopens at its last flush (a whole number of steps: a WriteBatch never straddles a
-        memtable) and the projector replays the log from that flush's checkpoints: at most one
-        memtable (64 MiB, about 60k 2-message records), a few seconds (an open's catch-up is
-        flushed before ``open`` returns: ``Projector.persist``). The open state then keeps
-        no second copy of the log on disk (743 -> 207 bytes per message at 4,000 messages), at
-        about 1% fewer instructions per step. Writes that are not derived (a projection's
-        ``drop``, a revoked partition's rows, the end of an erasure) keep the write-ahead log."""
+        ``DamagedState``), with nothing of the step applied."""
         self._write()
         if not self._batch.is_empty():
             try:
-                self._store.db.write(self._batch, self._store._step_opts if derived else self._store._write_opts)
+                self._store.db.write(self._batch, self._store._write_opts)
             except Exception as e:
                 raise self._store.failed(e, "writing") from e
         self._pending.clear()

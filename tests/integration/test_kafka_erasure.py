@@ -295,7 +295,6 @@ def lagging_scenario(backend: KafkaBackend, tmp_path: Path) -> tuple[HistoryEngi
         for i, batch in enumerate(batches):
             a.append(batch)
             a.append(turn("other", f"o{i + 1}", f"kept {i}", tool=True))
-        a._store.flush()  # the steps skip RocksDB's WAL: put the tokens in a table file for the clear to erase
         assert {t for t in tokens if files_holding(tmp_path / "a", [t.encode()])} == set(tokens)  # found before
         a.clear("c")
         assert a.read("c") == [] and a.entries("c") == []
@@ -342,8 +341,7 @@ def test_an_instance_that_applied_the_content_forgets_it_on_the_others_clear(
     batch = token_batch("d", "t0", tok)
     receipt = a.append(batch)
     assert b.read("d", at_least=receipt) == list(batch.messages)  # B applied (and stored) the plaintext
-    b._store.flush()  # the steps skip RocksDB's WAL: put it in a table file for the clear to erase
-    assert files_holding(tmp_path / "b", [tok.encode()]) != []  # the scan finds it before the clear
+    assert files_holding(tmp_path / "b", [tok.encode()]) != []  # the scan finds it (in B's WAL) before the clear
     a.clear("d")
     (clear_offset,) = [o for o, ev in conversation_records(a, "d") if isinstance(ev, ConversationCleared)]
     b.wait_applied(LogPosition(receipt.position.partition, clear_offset), WAIT_S)

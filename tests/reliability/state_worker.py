@@ -1,14 +1,11 @@
 """Child processes for the state fault tests (tests/reliability/test_state_faults.py).
 
 ``python -m tests.reliability.state_worker fill DATA LIMIT``: under ``RLIMIT_FSIZE=LIMIT`` (no
-file may grow past LIMIT bytes), append until the engine refuses, then a few more, then close.
-The projector's steps skip RocksDB's write-ahead log (``Tx.commit(derived=True)``), so the
-state first writes a file when its memtable (64 MiB) is flushed to a table file: that flush
-fails as on a full disk, for real. The log's segments roll below LIMIT, so the state fails
-first, and the content does not compress, so the table file is as large as the memtable. One
-JSON line per outcome: ``{"append_id": ..., "receipt": ...}`` or ``{"append_id": ..., "error":
-TYPE, "end": [...]}`` (``end``: the log's end offsets after the call), then ``{"close": TYPE or
-null}`` and ``{"reopen": TYPE or null}`` (a reopen under the same limit).
+file may grow past LIMIT bytes: the state's write-ahead log fails as on a full disk, for real),
+append until the engine refuses, then a few more, then close; one JSON line per outcome:
+``{"append_id": ..., "receipt": ...}`` or ``{"append_id": ..., "error": TYPE, "end": [...]}``
+(``end``: the log's end offsets after the call), then ``{"close": TYPE or null}`` and
+``{"reopen": TYPE or null}`` (a reopen under the same limit).
 
 ``python -m tests.reliability.state_worker register DATA``: register a projection whose first
 event blocks forever; prints ``inside`` once it is replaying, for the parent to kill -9.
@@ -17,36 +14,27 @@ event blocks forever; prints ``inside`` once it is replaying, for the parent to 
 from __future__ import annotations
 
 import json
-import random
 import resource
 import sys
 import threading
-from pathlib import Path
 
 from engine import HistoryEngine
-from engine.log.file import FileLog
 from projections import BatchEvent, ClearEvent, Projection, ProjectionTx, TurnReplacedEvent
-from projections.store import StateStore
 from schemas import Batch, HistoryError, Message
-
-SEGMENT_BYTES = 256 << 10
 
 
 def batch(i: int) -> Batch:
-    noise = random.Random(i).randbytes(2000).hex()  # 4 KB that no table file compresses
-    return Batch(f"c{i % 4}", f"a{i}", [Message.user(f"question {i} {noise}"), Message.assistant(f"answer {i}")])
+    return Batch(f"c{i % 4}", f"a{i}", [Message.user(f"question {i} " + "x" * 300), Message.assistant(f"answer {i}")])
 
 
 def fill(data: str, limit: int) -> None:
     with HistoryEngine.open(data) as engine:  # prepare the directory before the limit applies
         engine.append(batch(-1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
-    # by hand: the log's segments roll at SEGMENT_BYTES (plain records: the key store stays out)
-    engine = HistoryEngine(FileLog(Path(data) / "log", None, fsync="never", segment_bytes=SEGMENT_BYTES),
-                           StateStore(Path(data) / "state"))
+    engine = HistoryEngine.open(data)
     refused = 0
     i = 0
-    while refused < 3 and i < 30_000:
+    while refused < 3 and i < 100_000:
         try:
             receipt = engine.append(batch(i), timeout=10.0)
             print(json.dumps({"append_id": f"a{i}", "receipt": receipt.to_json().decode()}), flush=True)

@@ -237,7 +237,7 @@ def test_histlog_rebuild_refuses_a_log_loss_unless_accepted(tmp_path: Path) -> N
 # -- defect 4: a full disk under the state never turns a written append into a plain failure -------
 def test_a_full_disk_under_the_state_gives_unconfirmed_or_refused_appends_never_lost_ones(tmp_path: Path) -> None:
     data = tmp_path / "d"
-    proc = subprocess.run([sys.executable, "-m", "tests.reliability.state_worker", "fill", str(data), str(4 << 20)],
+    proc = subprocess.run([sys.executable, "-m", "tests.reliability.state_worker", "fill", str(data), "400000"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -271,7 +271,7 @@ def test_an_append_after_the_projector_stopped_is_refused_before_any_io(tmp_path
     from projections.store import Tx
 
     with HistoryEngine.open(tmp_path) as eng:
-        def broken(self: Tx, **_: object) -> None:
+        def broken(self: Tx) -> None:
             raise OSError("disk on fire")
 
         monkeypatch.setattr(Tx, "commit", broken)

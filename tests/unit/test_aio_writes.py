@@ -311,7 +311,7 @@ def test_a_state_store_failure_while_waiting_is_commit_unconfirmed(tmp_path: Pat
         aengine = AsyncHistoryEngine(engine)
         _run(lambda: aengine.append(_batch("c", "a")))
 
-        def broken(self: Tx, **_: object) -> None:
+        def broken(self: Tx) -> None:
             raise OSError("disk on fire")
 
         monkeypatch.setattr(Tx, "commit", broken)

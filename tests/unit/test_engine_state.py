@@ -78,7 +78,7 @@ def test_a_failing_state_store_stops_the_projector_with_a_history_error(tmp_path
     with HistoryEngine.open(tmp_path / "d") as eng:
         assert eng.fail_stopped() is None
 
-        def broken(self: Tx, **_: object) -> None:
+        def broken(self: Tx) -> None:
             raise OSError("disk on fire")
 
         monkeypatch.setattr(Tx, "commit", broken)

@@ -216,7 +216,7 @@ def test_a_projector_failure_is_raised_after_the_buffered_events(tmp_path: Path,
         events = engine.subscribe()
         engine.append(_turn("c", "a"))
 
-        def broken(self: Tx, **_: object) -> None:
+        def broken(self: Tx) -> None:
             raise OSError("disk on fire")
 
         monkeypatch.setattr(Tx, "commit", broken)
