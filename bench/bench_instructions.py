@@ -22,7 +22,11 @@ Rows (one writer, 2-message batches, the bench's ``batch``; sealed unless named 
   ``encode`` (``encode_event`` of the sealed event), ``decode`` (``decode_event``), ``open``
   (``open_content``), ``validate`` (``event_batch`` of the opened content: the pydantic models),
   ``receipt`` (``answer``: a decision to a ``Receipt``), ``rocksdb`` (one ``WriteBatch`` of the 10
-  keys a 2-message turn writes, to a real RocksDB).
+  keys a 2-message turn writes, to a real RocksDB); on the projector's side, for a record of its
+  own (plain, as ``Known`` hands it over): ``admit`` (admission and the rows into a step's
+  ``Tx``, not committed), ``rows`` (``full.append`` alone: the rows of a 2-message turn) and
+  ``step`` (``Projector.apply`` of that one record with its ticket: admission, the commit to
+  RocksDB, the checkpoint, the publish and the ticket's decision, on the calling thread).
 
 Run ``python -m bench.bench_instructions [--quick]`` or ``histlog bench instructions`` (needs
 valgrind: ``apt-get install valgrind``; about 4 minutes, quick about 1): a table, then one JSON
@@ -140,6 +144,35 @@ encoded = [encode_event(e) for e in sealed]
 decoded = [decode_event(v) for v in encoded]
 opened = [open_content(e, key) for e in decoded]
 accepted = [Decision(Outcome.ACCEPTED, b.digest, LogPosition(0, i)) for i, b in enumerate(batches)]
+from dataclasses import dataclass
+from projections import full
+from projections.admission import Own, admit
+from projections.rows import ConversationRow, Stats
+from projections.runtime import Projector
+from projections.store import StateStore
+from schemas.records import record_key_bytes
+@dataclass
+class Record:
+    partition: int
+    offset: int
+    key: bytes
+    value: bytes
+plain = [encode_event(e) for e in of]
+records = [Record(0, i, record_key_bytes(b.conversation_id.encode(), b.append_id.encode()), v)
+           for i, (b, v) in enumerate(zip(batches, plain))]
+owns = [Own(e, b, None) for e, b in zip(of, batches)]
+known = {(r.key, r.value): own for r, own in zip(records, owns)}
+store = StateStore(target / "state")
+txs = [store.tx() for _ in batches]
+txs_rows = [store.tx() for _ in batches]
+counters = Stats()
+convs = [b.conversation_id.encode() for b in batches]
+projector = Projector(StateStore(target / "steps"), 1)
+def step(i):  # the projector's step of one record of its own, as one writer's append gives it
+    r = records[i]
+    ticket = projector.expect(r.key, r.value, owns[i])
+    projector.apply([r])
+    ticket.release()
 db = Rdict(str(target / "db"))
 rows = [[(f"{b.conversation_id}/{b.append_id}/{j}".encode(), b"v" * 120) for j in range(10)] for b in batches]
 def rocksdb(i):
@@ -156,6 +189,9 @@ steps = {
     "validate": lambda i: event_batch(decoded[i], content=opened[i]),
     "receipt": lambda i: answer(batches[i], accepted[i]),
     "rocksdb": rocksdb,
+    "admit": lambda i: admit(txs[i], counters, LogPosition(0, i), records[i].key, records[i].value, known=known),
+    "rows": lambda i: full.append(txs_rows[i], convs[i], ConversationRow(), batches[i], 1_700_000_000_000),
+    "step": step,
 }
 def loop(step, lo, hi):
     for i in range(lo, hi):
@@ -166,7 +202,7 @@ for name, step in steps.items():
 db.close()
 """
 
-PARTS = ("of", "seal", "encode", "decode", "open", "validate", "receipt", "rocksdb")
+PARTS = ("of", "seal", "encode", "decode", "open", "validate", "receipt", "rocksdb", "admit", "rows", "step")
 """The split, in the order ``_PARTS`` measures them."""
 
 

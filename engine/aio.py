@@ -40,7 +40,7 @@ hand-off would have.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import ParamSpec, TypeVar
 
@@ -176,7 +176,7 @@ class AsyncHistoryEngine:
         await self._clear_all(ids, timeout)
         return len(ids)
 
-    async def _clear_all(self, ids: list[str], timeout: float = 30.0) -> None:
+    async def _clear_all(self, ids: Sequence[str], timeout: float = 30.0) -> None:
         """Clear ``ids``, ``CLEAR_BATCH`` at a time (the service's cluster members list their own)."""
         for start in range(0, len(ids), CLEAR_BATCH):
             done = await asyncio.gather(*(self.clear(c, timeout) for c in ids[start:start + CLEAR_BATCH]),
