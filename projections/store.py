@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import shutil
 import weakref
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -175,11 +176,35 @@ class StateStore:
             options = CompactOptions()
             options.set_bottommost_level_compaction(BottommostLevelCompaction.force())
             options.set_exclusive_manual_compaction(False)
-            for lower, upper in ranges:
+            for lower, upper in self._joined(ranges):
                 self.db.compact_range(lower, upper, options)
             self.db.flush_wal(True)
         except Exception as e:
             raise self.failed(e, "compacting") from e
+
+    def _joined(self, ranges: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """``ranges`` sorted, with neighbours joined when no live key lies between them: one
+        manual compaction per run of adjacent ranges instead of one per range (each rewrites
+        every file its range overlaps, so the erasure of many conversations whose rows sit side
+        by side, a ``clear_prefix``, rewrote the same files once per conversation and keyspace:
+        8.1 s for 1,000 conversations). A gap is checked with one seek; joining never changes
+        what the compaction keeps, only what it reads."""
+        it = self.db.iter()
+        try:
+            out: list[tuple[bytes, bytes]] = []
+            for lower, upper in sorted(ranges):
+                if out and lower <= out[-1][1]:
+                    out[-1] = (out[-1][0], max(out[-1][1], upper))
+                    continue
+                if out:
+                    it.seek(out[-1][1])
+                    if not it.valid() or it.key() >= lower:  # nothing live between the two
+                        out[-1] = (out[-1][0], max(out[-1][1], upper))
+                        continue
+                out.append((lower, upper))
+            return out
+        finally:
+            del it
 
     def iterator(self) -> Snapshot:
         snap = Snapshot(self)
@@ -312,29 +337,45 @@ class Tx:
     them), one per key: a key written twice in a step (a conversation's summary row, once per
     batch of it in the step) costs the batch one entry, not two."""
 
-    __slots__ = ("_batch", "_deleted", "_pending", "_store", "_unwritten")
+    __slots__ = ("_batch", "_fresh", "_hi", "_lo", "_order", "_pending", "_store", "_unwritten")
 
     def __init__(self, store: StateStore) -> None:
         self._store = store
         self._batch = WriteBatch(raw_mode=True)
         self._pending: dict[bytes, bytes | None] = {}  # what reads see: None is deleted
         self._unwritten: dict[bytes, bytes | None] = {}  # not in the batch yet
-        self._deleted: list[tuple[bytes, bytes]] = []
+        # The ranges deleted in this step, joined: sorted, disjoint ``[_lo[i], _hi[i])``, so a read
+        # checks one with a bisection (a step of N clears deletes 9 N ranges).
+        self._lo: list[bytes] = []
+        self._hi: list[bytes] = []
+        # The pending keys in order, made at the step's first range delete and kept from then on
+        # (``_fresh``: those written since, sorted in at the next one), so a range delete finds
+        # the pending keys it covers by bisection, not by a walk over every pending key.
+        self._order: list[bytes] | None = None
+        self._fresh: list[bytes] = []
+
+    def _covered(self, key: bytes) -> bool:
+        """Whether a range deleted in this step holds ``key``."""
+        i = bisect_right(self._lo, key) - 1
+        return i >= 0 and key < self._hi[i]
 
     def get(self, key: bytes) -> bytes | None:
         value = self._pending.get(key, _UNSET)
         if value is not _UNSET:
             return value  # type: ignore[return-value]
-        for lower, upper in self._deleted:
-            if lower <= key < upper:
-                return None
+        if self._lo and self._covered(key):
+            return None
         return self._store.get(key)
 
     def put(self, key: bytes, value: bytes) -> None:
         self._pending[key] = self._unwritten[key] = value
+        if self._order is not None:
+            self._fresh.append(key)
 
     def delete(self, key: bytes) -> None:
         self._pending[key] = self._unwritten[key] = None
+        if self._order is not None:
+            self._fresh.append(key)
 
     def _write(self) -> None:
         """Move the unwritten writes into the batch (their order is free: one entry per key)."""
@@ -349,16 +390,29 @@ class Tx:
     def delete_range(self, lower: bytes, upper: bytes) -> None:
         """Delete ``[lower, upper)``, including this step's pending writes in it."""
         self._write()  # the writes before the range delete stay before it
-        for k in [k for k in self._pending if lower <= k < upper]:
-            del self._pending[k]
-        self._deleted.append((lower, upper))
+        order = self._order
+        if order is None:
+            order = self._order = sorted(self._pending)
+        elif self._fresh:
+            order += self._fresh  # sorted runs: the sort merges them in linear time
+            order.sort()
+            self._fresh = []
+        i, j = bisect_left(order, lower), bisect_left(order, upper)
+        for k in order[i:j]:  # a key written twice since the last range delete is listed twice
+            self._pending.pop(k, None)
+        del order[i:j]
         self._batch.delete_range(lower, upper)
+        lo, hi = self._lo, self._hi
+        a, b = bisect_left(hi, lower), bisect_right(lo, upper)  # the joined ranges it meets or touches
+        if a < b:
+            lower, upper = min(lower, lo[a]), max(upper, hi[b - 1])
+        lo[a:b], hi[a:b] = [lower], [upper]
 
     def scan(self, lower: bytes, upper: bytes) -> list[tuple[bytes, bytes]]:
         """Committed keys in ``[lower, upper)`` merged with this step's pending writes."""
         merged: dict[bytes, bytes | None] = {
             k: v for k, v in self._store.iterator().scan(lower, upper)
-            if not any(lo <= k < up for lo, up in self._deleted)
+            if not self._covered(k)
         }
         for k, v in self._pending.items():
             if lower <= k < upper:
@@ -375,4 +429,7 @@ class Tx:
             except Exception as e:
                 raise self._store.failed(e, "writing") from e
         self._pending.clear()
-        self._deleted.clear()
+        self._lo.clear()
+        self._hi.clear()
+        self._order = None
+        self._fresh = []
