@@ -1,7 +1,7 @@
 """A worker that appends a token turn to each of many conversations, then clears them one by
 one, for the kill -9 tests of ``test_erasure_crash``.
 
-Usage: python -m tests.reliability.erasure_worker DATA_DIR TOKENS.json [POINT K [projection]]
+Usage: python -m tests.reliability.erasure_worker DATA_DIR TOKENS.json [POINT K [projection | prefix]]
 
 ``TOKENS.json`` maps each conversation id to its token (in clearing order). Stdout: "appended"
 once every turn is written (and the engine reopened), then "cleared CONV" after each ``clear`` returned (one write(2)
@@ -10,6 +10,9 @@ each, so a kill lands before or after a line). With ``POINT K`` the worker kills
 rows are deleted and its ``E`` row written; the keys are intact), ``after-destroy`` (keys
 destroyed, nothing compacted) or ``after-compact`` (compacted, the ``E`` row not yet deleted).
 With ``projection`` it registers ``erasure_support.ContentStore`` (which stores content) first.
+With ``prefix`` it clears them all with one ``clear_prefix("conv-")`` instead, its clears written
+three at a time, and prints "cleared by prefix N" once it returned; ``K`` then counts the
+conversations the key store destroyed (``destroy_many`` destroys a step's together).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import engine.writes as engine_writes
 from engine.facade import HistoryEngine
 from engine.keys import FileKeyStore
 from projections.store import StateStore
@@ -73,6 +77,7 @@ def main() -> None:
             raise SystemExit(f"erasure_worker: unknown point {point!r}, expected one of {POINTS}")
         _inject(point, k)
     with_projection = sys.argv[5:] == ["projection"]
+    by_prefix = sys.argv[5:] == ["prefix"]
     with HistoryEngine.open(data, partitions=2) as engine:
         if with_projection:
             engine.register(ContentStore())
@@ -84,9 +89,13 @@ def main() -> None:
         if with_projection:
             engine.register(ContentStore())
         _say("appended")
-        for conv in tokens:
-            engine.clear(conv)
-            _say(f"cleared {conv}")
+        if by_prefix:  # one clear_prefix, its clears written three at a time (so a kill cuts it)
+            engine_writes.CLEAR_BATCH = 3
+            _say(f"cleared by prefix {engine.clear_prefix('conv-')}")
+        else:
+            for conv in tokens:
+                engine.clear(conv)
+                _say(f"cleared {conv}")
     _say("done")
 
 

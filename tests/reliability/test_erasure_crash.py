@@ -206,3 +206,28 @@ def test_kill_before_the_compaction_with_a_projection_that_stores_content(tmp_pa
     assert worker.proc.returncode == -signal.SIGKILL, worker.lines
     cleared = _check_after_crash(data, tokens, worker.returned())
     assert cleared == {"conv-0", "conv-1", "conv-2"}
+
+
+@pytest.mark.parametrize("point", ["before-destroy", "after-destroy"])
+def test_kill_inside_clear_prefix_then_the_same_call_clears_the_rest(tmp_path: Path, point: str) -> None:
+    """``clear_prefix`` killed in the erasure of its second batch of clears: the reopen leaves
+    what the log cleared closed and erased, the rest intact (``_check_after_crash``), and the
+    same call then clears exactly the rest; no file holds any of the content after it."""
+    data = tmp_path / "data"
+    tokens = _tokens()
+    worker = Worker(data, tokens, point, "4", "prefix")
+    try:
+        worker.read_until("appended")
+        worker.read_until("done", timeout=60)
+    finally:
+        worker.kill()
+    assert worker.proc.returncode == -signal.SIGKILL, worker.lines
+    assert not any(line.startswith("cleared by prefix") for line in worker.lines)
+    cleared = _check_after_crash(data, tokens, [])
+    assert 4 <= len(cleared) < CONVERSATIONS, cleared  # the first batch and the one cut, not the last
+    with HistoryEngine.open(data) as engine:
+        assert engine.clear_prefix("conv-") == CONVERSATIONS - len(cleared)
+        assert engine.conversations(prefix="conv-") == [] and engine.stats().cleared == CONVERSATIONS
+        assert engine.clear_prefix("conv-") == 0
+    for conv, token in tokens.items():
+        assert not files_holding(data, needles_of(Written(conv, [token], [token_batch(conv, "a0", token)]))), conv
