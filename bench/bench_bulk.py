@@ -18,7 +18,6 @@ run: ``clear_prefix`` of a bot's conversations against ``clear`` of each, and ``
 
 from __future__ import annotations
 
-import json
 import random
 import shutil
 import sys
@@ -28,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import batch, percentiles, run_measured
+from bench.common import batch, percentiles, run_measured, save
 from engine import HistoryEngine
 
 __all__ = ["Sizes", "report", "run"]
@@ -136,9 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     result = run(quick="--quick" in args)
     print(report(result))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    print(f"\nresults: {RESULTS}")
+    save(result, RESULTS)
     return 0
 
 

@@ -26,7 +26,6 @@ back: 2,309 with no clear, 34 / 11 (x0.015 / 0.005) while clearing, append p50 4
 
 from __future__ import annotations
 
-import json
 import shutil
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import batch, percentiles, run_measured
+from bench.common import batch, percentiles, run_measured, save
 from engine import HistoryEngine
 
 __all__ = ["Sizes", "report", "run"]
@@ -146,9 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     result = run(quick="--quick" in args)
     print(report(result))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    print(f"\nresults: {RESULTS}")
+    save(result, RESULTS)
     return 0
 
 

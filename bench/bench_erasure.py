@@ -51,7 +51,6 @@ writes ``bench/results/erasure.json``; ``histlog bench erasure`` runs it with th
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import shutil
@@ -64,7 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.common import Run, batch, best_us, conversation, event_bytes, percentiles, run_measured
+from bench.common import Run, batch, best_us, conversation, event_bytes, percentiles, run_measured, save
 from engine import HistoryEngine
 from engine.keys import FileKeyStore
 from engine.keys.files import BUCKETS, bucket_of
@@ -522,9 +521,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report(result))
     print()
     print(markdown(result))
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
-    print(f"\nresults: {RESULTS}")
+    save(result, RESULTS)
     return 0
 
 

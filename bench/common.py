@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import os
 import resource
 import statistics
@@ -13,12 +14,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from schemas import Batch, Message
 from schemas.events import BatchAppended, encode_event
 
 __all__ = ["Cost", "Run", "batch", "conversation", "cost_now", "event_bytes", "percentiles", "progress_printer",
-           "run_measured", "run_measured_async", "run_threads"]
+           "run_measured", "run_measured_async", "run_threads", "save"]
 
 TURNS_PER_CONVERSATION = 10
 
@@ -182,3 +184,10 @@ def best_us(fn: Callable[[], object], iterations: int) -> float:
             fn()
         best = min(best, (time.perf_counter_ns() - start) / iterations / 1000)
     return best
+
+
+def save(result: Any, path: Path) -> None:
+    """Write a bench's result as JSON to ``path`` (its directory made) and say where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2, sort_keys=True) + "\n")
+    print(f"\nresults: {path}")

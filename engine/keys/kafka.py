@@ -173,8 +173,7 @@ class KafkaKeyStore:
         return max(int(d.offset) for d in done)
 
     def _tombstone(self, conv: str, key_ids: set[str]) -> None:
-        for key_id in sorted(key_ids):
-            self._send(conv, key_id, None)
+        self._send_all([(conv, key_id, None) for key_id in sorted(key_ids)])
 
     def _repair(self) -> None:
         """Tombstone key records of erased conversations that a crashed destroyer or creator left."""
@@ -250,7 +249,7 @@ class KafkaKeyStore:
             marked = self._send_all([(c, "", encode_record(c, None)) for c in todo if c not in self._markers])
             if marked is not None:
                 self._catch_up(marked + 1)
-            self._send_all([(c, k, None) for c in todo for k in sorted(self._records.get(c, ()))]
+            self._send_all([(c, k, None) for c in todo for k in sorted(self._records.get(c, ()))]  # one round trip
                            + [("", k, None) for c in todo for k in sorted(todo[c])])
             self._catch_up()
 

@@ -20,6 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from engine.arguments import EMPTY, check_clear_prefix
+from engine.cluster.ownership import OwnershipMap
 from engine.service import wire, wire_bulk
 from engine.service.auth import read_body
 from engine.service.forward import Forwarder, is_forwarded
@@ -142,11 +143,8 @@ async def post_clear_prefix(request: Request, ctx: Context, query: dict[str, Any
     await ctx.router.local._clear_all(ids)
     cleared = len(ids)
     if ctx.forwarder is not None and not is_forwarded(request):
-        missing = sorted(set(range(owners.partitions)) - set(owners.owners))
-        if missing:
-            raise NotReady(f"partitions {missing[:8]} have no owner right now (the group is rebalancing), so their "
-                           "conversations were not cleared; send the same request again shortly (it is idempotent)")
-        others = sorted(set(owners.owners.values()) - {owners.self_url})
+        others = _other_owners(owners, "their conversations were not cleared; send the same request again shortly "
+                                       "(it is idempotent)")
         trees = await asyncio.gather(*(ctx.forwarder.post_json(url, "/v1/conversations:clear", {"prefix": prefix},
                                                                request.headers.get("authorization"))
                                        for url in others))
@@ -175,18 +173,24 @@ async def get_conversations(request: Request, ctx: Context, query: dict[str, Any
     pages = [(chosen[:limit], len(chosen) > limit)]
     owners = ctx.router.current()
     if owners is not None and ctx.forwarder is not None and not is_forwarded(request):
-        missing = sorted(set(range(owners.partitions)) - set(owners.owners))
-        if missing:
-            raise NotReady(f"partitions {missing[:8]} have no owner right now (the group is rebalancing), so the "
-                           "list would miss their conversations; retry shortly")
+        others = _other_owners(owners, "the list would miss their conversations; retry shortly")
         params = {k: v for k, v in (("prefix", prefix), ("after", after), ("limit", str(limit))) if v}
-        others = sorted(set(owners.owners.values()) - {owners.self_url})
         trees = await asyncio.gather(*(ctx.forwarder.get_json(url, "/v1/conversations", params,
                                                               request.headers.get("authorization"))
                                        for url in others))
         pages += [(list(tree["conversations"]), tree["next"] is not None) for tree in trees]
     page, following = merge_pages(pages, limit)
     return json_response({"conversations": page, "next": following})
+
+
+def _other_owners(owners: OwnershipMap, consequence: str) -> list[str]:
+    """The other members that own partitions (a fan-out's targets), or ``NotReady`` while some
+    partition has no owner (a rebalance), saying what that means for this request."""
+    missing = sorted(set(range(owners.partitions)) - set(owners.owners))
+    if missing:
+        raise NotReady(f"partitions {missing[:8]} have no owner right now (the group is rebalancing), so "
+                       f"{consequence}")
+    return sorted(set(owners.owners.values()) - {owners.self_url})
 
 
 async def _owned_page(ctx: Context, prefix: str, after: str | None, wanted: int) -> list[str]:
