@@ -16,7 +16,8 @@ sealed (erasure's AES-256-GCM sealing and key store vs today's encode and a raw 
 erasure (the sealed engine vs ``seal=False``, interleaved rounds: appends/s and CPU per append at 1/16/64
 writers, replay, clear latency), clears (appends to other conversations while clears run, against the
 same appends with none), bulk (``clear_prefix`` against a clear of each, reads by ids against a whole
-read and a filter), and instructions (callgrind's instructions per append and per replayed record).
+read and a filter), runs (``append(fence=...)`` against a plain append, interleaved rounds), and
+instructions (callgrind's instructions per append and per replayed record).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ __all__ = ["NAMES", "run_all"]
 
 NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
          "forward", "cluster", "langchain", "sealed", "erasure", "clears", "instructions",
-         "postgres", "bulk")
+         "postgres", "bulk", "runs")
 
 
 def run_all(argv: list[str] | None = None) -> int:

@@ -47,7 +47,7 @@ from typing import ParamSpec, TypeVar
 from engine.arguments import Empty, check_clear_prefix, check_timeout
 from engine.facade import EngineStats, HistoryEngine
 from engine.reading import at_least_position
-from engine.writes import CLEAR_BATCH, Submitted, Written, receipt_of
+from engine.writes import CLEAR_BATCH, Concluded, Submitted, Written, fence_of, receipt_of
 from projections.admission import Decision
 from projections.delivery import Ticket
 from projections.navigation import Order
@@ -67,6 +67,7 @@ from schemas.errors import StateUnavailable
 from schemas.ids import ConversationID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
+from schemas.runs import Fence
 
 __all__ = ["AsyncHistoryEngine"]
 
@@ -129,7 +130,7 @@ class AsyncHistoryEngine:
     def __init__(self, engine: HistoryEngine) -> None:
         self.engine = engine
 
-    async def _write(self, submit: Callable[[], Submitted], conversation_id: str) -> Receipt | None:
+    async def _write(self, submit: Callable[[], Submitted], conversation_id: str) -> Concluded:
         """Run the submit (on the loop, or on a worker thread when it may block: producing to
         Kafka, a new conversation's key), then await the decision on the loop."""
         writes = self.engine._writes
@@ -155,14 +156,30 @@ class AsyncHistoryEngine:
 
     # -- writes
     async def append(self, batch: Batch, timeout: float = 30.0, *,
-                     expected_last: Receipt | Empty | None = None) -> Receipt:
-        return receipt_of(await self._write(lambda: self.engine._writes.submit_append(batch, timeout, expected_last),
+                     expected_last: Receipt | Empty | None = None, fence: Fence | None = None) -> Receipt:
+        writes = self.engine._writes
+        return receipt_of(await self._write(lambda: writes.submit_append(batch, timeout, expected_last, fence),
                                             _conversation_of(batch)))
 
-    async def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0) -> Receipt:
+    async def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0, *,
+                           fence: Fence | None = None) -> Receipt:
         writes = self.engine._writes
-        return receipt_of(await self._write(lambda: writes.submit_replace(batch, old_turn_id, reason, timeout),
+        return receipt_of(await self._write(lambda: writes.submit_replace(batch, old_turn_id, reason, timeout, fence),
                                             _conversation_of(batch)))
+
+    async def begin_run(self, conversation_id: str, run_id: str, timeout: float = 30.0) -> Fence:
+        writes = self.engine._writes
+        return fence_of(await self._write(lambda: writes.submit_begin_run(conversation_id, run_id, timeout),
+                                          conversation_id if isinstance(conversation_id, str) else ""))
+
+    async def fence_of_epoch(self, conversation_id: str, epoch: int) -> Fence:
+        return self.engine.fence_of_epoch(conversation_id, epoch)  # one point read
+
+    async def run_wrote_history(self, conversation_id: str, run_id: str, root_turn: str | None = None) -> bool:
+        return self.engine.run_wrote_history(conversation_id, run_id, root_turn)  # one point read or seek
+
+    async def run_request_message(self, conversation_id: str, run_id: str, root_turn: str) -> str:
+        return self.engine.run_request_message(conversation_id, run_id, root_turn)  # a seek and a few point reads
 
     async def clear(self, conversation_id: str, timeout: float = 30.0) -> None:
         await self._write(lambda: self.engine._writes.submit_clear(conversation_id, timeout),

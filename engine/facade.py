@@ -34,7 +34,7 @@ from engine.arguments import (
 from engine.keys import KeyStore, master_key_from
 from engine.log.base import Log
 from engine.log.file import FsyncPolicy
-from engine.reading import EngineReads
+from engine.runs import EngineRuns
 from engine.state import open_file_parts, open_kafka_parts, open_key_store
 from engine.writes import Writes, receipt_of
 from projections.custom import Projection, ProjectionView
@@ -56,6 +56,7 @@ from schemas.errors import (
     ProjectionError,
     StateUnavailable,
 )
+from schemas.runs import Fence
 
 __all__ = ["EMPTY", "EngineStats", "HistoryEngine", "PartitionState", "Progress"]
 
@@ -94,9 +95,11 @@ class EngineStats:
     applied_since_open: list[int] = field(default_factory=list)
     cleared: int = 0
     erased: int = 0
+    fenced: int = 0
+    """Writes refused because a later ``begin_run`` of their conversation preceded them."""
 
 
-class HistoryEngine(EngineReads):
+class HistoryEngine(EngineRuns):
     """One history store: a log (file or Kafka) and this instance's RocksDB projections.
 
     Thread-safe: many threads may append and read at once. Use ``HistoryEngine.open``.
@@ -296,12 +299,16 @@ class HistoryEngine(EngineReads):
     # -- writes --------------------------------------------------------------------------------
     EMPTY = EMPTY
 
-    def append(self, batch: Batch, timeout: float = 30.0, *, expected_last: Receipt | Empty | None = None) -> Receipt:
+    def append(self, batch: Batch, timeout: float = 30.0, *, expected_last: Receipt | Empty | None = None,
+               fence: Fence | None = None) -> Receipt:
         """Append a batch atomically and idempotently; docs/design.md §4 lists every outcome.
 
         ``expected_last``: a ``Receipt`` (the conversation's last accepted append must be that
         one) or ``EMPTY`` (it must have none), decided by admission in log order; otherwise
         ``PreconditionFailed``. An identical retry of an accepted batch returns its receipt.
+        ``fence``: the ``Fence`` of ``begin_run``; ``Fenced`` once a later run of the
+        conversation began before this record in the log (``InvalidRequest`` for another
+        conversation's fence or anything but a Fence).
 
         ``timeout``: seconds to wait for the write and its decision, a finite number >= 0
         (anything else is ``InvalidConfiguration``, before any I/O). ``0`` means "do not wait":
@@ -310,9 +317,10 @@ class HistoryEngine(EngineReads):
         has already applied it, ``CommitUnconfirmed`` is raised (resend the same Batch to learn
         the outcome). The same rule holds for every timeout of this class.
         """
-        return receipt_of(self._writes.settle(self._writes.submit_append(batch, timeout, expected_last)))
+        return receipt_of(self._writes.settle(self._writes.submit_append(batch, timeout, expected_last, fence)))
 
-    def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0) -> Receipt:
+    def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0, *,
+                     fence: Fence | None = None) -> Receipt:
         """Edit (``"edit"``) or regenerate (``"retry"``) the latest visible turn, as one event.
 
         ``batch`` is the whole new turn, starting with its user message (for a retry, with the
@@ -320,9 +328,10 @@ class HistoryEngine(EngineReads):
         read projection and appends ``batch`` as the next turn, or refuses with
         ``TurnNotReplaceable`` when ``old_turn_id`` is no longer the latest visible turn (so of
         two racing replacements one wins everywhere). Idempotent by append id, like ``append``
-        (and the same ``timeout`` rule).
+        (and the same ``timeout`` and ``fence`` rules).
         """
-        return receipt_of(self._writes.settle(self._writes.submit_replace(batch, old_turn_id, reason, timeout)))
+        return receipt_of(self._writes.settle(self._writes.submit_replace(batch, old_turn_id, reason, timeout,
+                                                                          fence)))
 
     def clear(self, conversation_id: str, timeout: float = 30.0) -> None:
         """Close the conversation forever (also one never written). Idempotent.
@@ -353,7 +362,7 @@ class HistoryEngine(EngineReads):
         lag = [max(e - a, 0) if p in owned else 0 for p, (e, a) in enumerate(zip(ends, applied, strict=True))]
         return EngineStats(ends, applied, lag, s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt,
                            s.precondition_failed, s.not_replaceable, sorted(owned),
-                           list(self._projector.applied_records), s.cleared, s.erased)
+                           list(self._projector.applied_records), s.cleared, s.erased, s.fenced)
 
     def fail_stopped(self) -> LogUnavailable | StateUnavailable | None:
         """The error this engine now answers every write with because it fail-stopped, or None:

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from projections.admission import Decision, Outcome
 from schemas.batch import Batch, Receipt
-from schemas.errors import AppendConflict, ConversationClosed, HistoryError, PreconditionFailed, TurnNotReplaceable
+from schemas.errors import (
+    AppendConflict,
+    ConversationClosed,
+    Fenced,
+    HistoryError,
+    PreconditionFailed,
+    TurnNotReplaceable,
+)
 
 __all__ = ["answer", "refusal"]
 
@@ -24,8 +31,8 @@ def answer(batch: Batch, decision: Decision) -> Receipt | None:
 
 
 def refusal(batch: Batch, decision: Decision) -> HistoryError | None:
-    """The exception for a refusing decision (conflict, closed, precondition, not replaceable),
-    or None for the others (accepted, duplicate, corrupt)."""
+    """The exception for a refusing decision (conflict, closed, precondition, not replaceable,
+    fenced), or None for the others (accepted, duplicate, corrupt)."""
     outcome = decision.outcome
     c, a = str(batch.conversation_id), str(batch.append_id)
     if outcome is Outcome.CONFLICT:
@@ -41,6 +48,10 @@ def refusal(batch: Batch, decision: Decision) -> HistoryError | None:
         return PreconditionFailed(
             f"append {a!r} to {c!r} refused: {decision.reason}; "
             "read the conversation again and retry with its latest receipt as expected_last")
+    if outcome is Outcome.FENCED:
+        return Fenced(f"write {a!r} to {c!r} refused: {decision.reason}; another run owns the conversation's "
+                      "writes now: stop this run (its successor writes from here on)",
+                      conversation_id=batch.conversation_id, latest=decision.epoch)
     if outcome is Outcome.NOT_REPLACEABLE:
         return TurnNotReplaceable(f"replacement {a!r} of {c!r} refused: {decision.reason}; "
                                   "read latest_turn() and decide again")

@@ -25,16 +25,25 @@ from projections.reads import Reads
 from projections.runtime import Projector
 from projections.store import StateStore
 from schemas.batch import Batch, Receipt
-from schemas.errors import CommitUnconfirmed, CorruptLog, InvalidBatch, KeyErased, LogUnavailable, StateUnavailable
+from schemas.errors import (
+    CommitUnconfirmed,
+    ConversationClosed,
+    CorruptLog,
+    InvalidBatch,
+    KeyErased,
+    LogUnavailable,
+    StateUnavailable,
+)
 from schemas.event_content import seal_event
-from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, TurnReplaced, encode_event
-from schemas.ids import ConversationID
+from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, RunBegun, TurnReplaced, encode_event
+from schemas.ids import ConversationID, RunID
 from schemas.messages import starts_turn
 from schemas.positions import LogPosition
 from schemas.records import record_key
+from schemas.runs import Fence, check_fence
 from schemas.times import now_ms
 
-__all__ = ["SUBMIT_THREADS", "Submitted", "Writes", "Written", "receipt_of"]
+__all__ = ["SUBMIT_THREADS", "Concluded", "Submitted", "Writes", "Written", "fence_of", "receipt_of"]
 
 CLEAR_BATCH = 1000
 """How many clears ``clear_many`` has in flight at once (their tickets, their erasures: one
@@ -55,9 +64,10 @@ class Written:
     partition: int
     deadline: float  # time.monotonic() by which the decision must be known
     timeout: float
-    batch: Batch | None  # None: a clear
+    batch: Batch | None  # None: a clear or a run's begin
     what: str  # the write, for the errors: "append 'a1' to 'c1'"
     then: str  # what the caller should do when the outcome is unknown
+    run: tuple[ConversationID, RunID] | None = None  # a run's begin: its conversation and run
 
     def remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
@@ -72,13 +82,21 @@ class Written:
         return f"at {position}" if position is not None else f"to partition {self.partition} (not yet acknowledged)"
 
 
-Submitted = Receipt | Written | None
-"""A submit's result: the receipt known without a write (the fast path), a ``Written`` to wait
-on, or None (a clear of a conversation already closed)."""
+Submitted = Receipt | Fence | Written | None
+"""A submit's result: the receipt (or a run's fence) known without a write (the fast path), a
+``Written`` to wait on, or None (a clear of a conversation already closed)."""
+
+Concluded = Receipt | Fence | None
+"""A write's outcome: a batch's receipt, a run's fence, None for a clear."""
 
 
-def receipt_of(outcome: Receipt | None) -> Receipt:
-    assert outcome is not None  # Invariant: a batch's write concludes with its receipt or raises.
+def receipt_of(outcome: Concluded) -> Receipt:
+    assert isinstance(outcome, Receipt)  # Invariant: a batch's write concludes with its receipt or raises.
+    return outcome
+
+
+def fence_of(outcome: Concluded) -> Fence:
+    assert isinstance(outcome, Fence)  # Invariant: a run's begin concludes with its fence or raises.
     return outcome
 
 
@@ -124,19 +142,23 @@ class Writes:
         if submitters is not None:
             submitters.shutdown(wait=False)
 
-    def submit_append(self, batch: Batch, timeout: float, expected_last: Receipt | Empty | None) -> Submitted:
+    def submit_append(self, batch: Batch, timeout: float, expected_last: Receipt | Empty | None,
+                      fence: Fence | None = None) -> Submitted:
         check_timeout(timeout)
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
         expected = expected_of(batch, expected_last)
+        fence = check_fence(fence, batch.conversation_id)
         self._check_open()
         self._serve(batch.conversation_id)
-        return self._submit_batch(batch, BatchAppended.of(batch, _now_ms(), expected), timeout)
+        return self._submit_batch(batch, BatchAppended.of(batch, _now_ms(), expected, fence), timeout)
 
-    def submit_replace(self, batch: Batch, old_turn_id: str, reason: str, timeout: float) -> Submitted:
+    def submit_replace(self, batch: Batch, old_turn_id: str, reason: str, timeout: float,
+                       fence: Fence | None = None) -> Submitted:
         check_timeout(timeout)
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
+        fence = check_fence(fence, batch.conversation_id)
         if reason not in REPLACE_REASONS:
             raise InvalidBatch(f"invalid replace_turn reason {reason!r}: expected 'edit' or 'retry'")
         if not isinstance(old_turn_id, str) or not old_turn_id:
@@ -146,7 +168,7 @@ class Writes:
                                f"feedback (messages[0] is {batch.messages[0].role.value})")
         self._check_open()
         self._serve(batch.conversation_id)
-        return self._submit_batch(batch, TurnReplaced.of(batch, _now_ms(), old_turn_id, reason), timeout)
+        return self._submit_batch(batch, TurnReplaced.of(batch, _now_ms(), old_turn_id, reason, fence), timeout)
 
     def _submit_batch(self, batch: Batch, event: BatchAppended | TurnReplaced, timeout: float) -> Submitted:
         c, a = batch.conversation_id, batch.append_id
@@ -181,6 +203,26 @@ class Writes:
         event = ConversationCleared(c, _now_ms())
         return self._produce(record_key(c), encode_event(event), timeout, None, f"clear of {str(c)!r}",
                              "call clear again", lead=lead)
+
+    def submit_begin_run(self, conversation_id: str, run_id: str, timeout: float) -> Submitted:
+        """``begin_run``'s write: the run's fence at once when this state knows the run already
+        (an epoch is permanent until a clear), else a ``RunBegun`` to wait on."""
+        check_timeout(timeout)
+        c = ConversationID(conversation_id)
+        run = RunID(run_id)
+        self._check_open()
+        self._serve(c)
+        row = self._reads.conversation(c)
+        if row is not None and row.closed:
+            raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
+                                     "conversation id", conversation_id=c)
+        known = self._reads.run_epoch(c, run)
+        if known:
+            return Fence(c, run, known)
+        event = RunBegun(c, run, _now_ms())
+        return self._produce(record_key(c, run), encode_event(event), timeout, None,
+                             f"begin of run {str(run)!r} of {str(c)!r}",
+                             "call begin_run again (it is safe: the same run keeps its epoch)", run=(c, run))
 
     def clear_many(self, ids: Sequence[str], timeout: float) -> None:
         """Clear ``ids`` (``HistoryEngine.clear_prefix``), ``CLEAR_BATCH`` at a time: each batch's
@@ -221,7 +263,7 @@ class Writes:
         return keys is not None and not keys.known(conversation_id)
 
     def _produce(self, key: bytes, value: bytes, timeout: float, own: Own | None, what: str,
-                 then: str, *, lead: bool = True) -> Written:
+                 then: str, *, lead: bool = True, run: tuple[ConversationID, RunID] | None = None) -> Written:
         """Take the ticket, then produce the record and let the ticket follow it (its position,
         its write's failure): the ticket is released here if the produce raises, else by
         whoever waits on the returned ``Written``. ``own`` (a batch's events, None for a clear)
@@ -235,7 +277,7 @@ class Writes:
         except BaseException:
             ticket.release()
             raise
-        return Written(ticket, produced.partition, deadline, timeout, own.batch if own else None, what, then)
+        return Written(ticket, produced.partition, deadline, timeout, own.batch if own else None, what, then, run)
 
     def submitter(self) -> Executor:
         """The bounded pool that runs an event loop's submits (``engine.aio``) when the log's
@@ -246,7 +288,7 @@ class Writes:
                 self._submitters = ThreadPoolExecutor(SUBMIT_THREADS, thread_name_prefix="histlog-submit")
             return self._submitters
 
-    def settle(self, submitted: Submitted) -> Receipt | None:
+    def settle(self, submitted: Submitted) -> Concluded:
         """The thread face's wait: block on the ticket until the decision or the deadline."""
         if not isinstance(submitted, Written):
             return submitted
@@ -261,9 +303,9 @@ class Writes:
             submitted.ticket.release()
 
     def conclude(self, written: Written, decision: Decision | None,
-                  failure: StateUnavailable | None = None) -> Receipt | None:
-        """The outcome of our own record at ``written.position``: its receipt or refusal (None
-        for a clear). Once it is written, an outcome not known in time (a timeout, a stopped,
+                  failure: StateUnavailable | None = None) -> Concluded:
+        """The outcome of our own record at ``written.position``: its receipt, a run's fence, or
+        its refusal (None for a clear). Once it is written, an outcome not known in time (a timeout, a stopped,
         failed or closed projector) is ``CommitUnconfirmed``, never a plain failure."""
         what, then, where, p = written.what, written.then, written.where(), written.partition
         if failure is not None:
@@ -282,6 +324,16 @@ class Writes:
                                      f"{written.timeout}s; its outcome is unknown: {then}")
             raise CommitUnconfirmed(f"{what} was written {where} but not decided within {written.timeout}s; "
                                     f"{then}")
+        if written.run is not None:
+            c, run = written.run
+            if decision.outcome in (Outcome.BEGUN, Outcome.DUPLICATE):
+                return Fence(c, run, decision.epoch)
+            if decision.outcome is Outcome.REJECTED_CLOSED:
+                raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
+                                         "conversation id", conversation_id=c)
+            raise CorruptLog(f"the event written at {written.position} was not accepted ({decision.reason}); "
+                             "run `histlog stats` and `histlog log verify`, then call begin_run again",
+                             reason=decision.reason, position=written.position)
         if written.batch is None:
             if decision.reason:  # a clear whose erasure did not complete
                 raise StateUnavailable(f"{what} closed the conversation, but erasing its content did not complete "

@@ -21,7 +21,12 @@ consumes the same log reaches the same decisions:
   differs from the old turn's → **not_replaceable**; else **accepted**: the old turn is hidden
   (``full.hide_latest_turn``) and the replacement appended as the next turn, in one step;
 * ``ConversationCleared(c)``: ``c`` becomes closed forever (**cleared**; a repeated clear is a
-  no-op **duplicate**); its receipts and rows are dropped, the closure stays.
+  no-op **duplicate**); its receipts and rows are dropped, the closure stays;
+* ``RunBegun(c, run)``: closed → **rejected_closed**; a run already begun → **duplicate** with
+  its epoch; else **begun**: the conversation's next epoch (``projections.runs``);
+* a batch or replacement with a ``fence`` (after the closed, duplicate and conflict rules)
+  that is not the conversation's latest epoch → **fenced**; an accepted one with a ``run_id``
+  records what the run wrote.
 
 The batch and replacement rules (closed, duplicate, conflict, precondition, replaceable) are
 written once, in ``precheck``: the projector applies them in log order, and a writer's fast path
@@ -38,7 +43,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from projections import full, keys
+from projections import full, keys, runs
 from projections.erasure import DataKeys, open_content
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from projections.full import Rows
@@ -47,7 +52,7 @@ from projections.store import Tx
 from schemas.batch import Batch, Receipt
 from schemas.errors import CorruptLog, KeyErased
 from schemas.event_content import event_batch
-from schemas.events import BatchAppended, ConversationCleared, TurnReplaced, decode_event
+from schemas.events import BatchAppended, ConversationCleared, RunBegun, TurnReplaced, decode_event
 from schemas.ids import AppendID, ConversationID, MessageID
 from schemas.positions import LogPosition
 from schemas.records import record_key_bytes
@@ -67,6 +72,8 @@ class Outcome(enum.StrEnum):
     PRECONDITION_FAILED = "precondition_failed"
     NOT_REPLACEABLE = "not_replaceable"
     ERASED = "erased"
+    FENCED = "fenced"
+    BEGUN = "begun"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,13 +82,15 @@ class Decision:
 
     ``receipt_position`` is where the accepted event of that append id is: this record's own
     position when accepted, the original one for a duplicate. ``digest`` is the accepted
-    digest (for a conflict: the one the append id already names).
+    digest (for a conflict: the one the append id already names). ``epoch``: a run's (begun,
+    or a duplicate ``RunBegun``), or the conversation's latest (fenced).
     """
 
     outcome: Outcome
     digest: str = ""
     receipt_position: LogPosition | None = None
-    reason: str = ""  # corrupt, precondition_failed, not_replaceable: why
+    reason: str = ""  # corrupt, precondition_failed, not_replaceable, fenced: why
+    epoch: int = 0
 
     def receipt(self, conversation_id: ConversationID, append_id: AppendID) -> Receipt:
         """The receipt this decision proves (accepted or duplicate decisions only)."""
@@ -126,6 +135,7 @@ _COUNTERS = {
     Outcome.CORRUPT: "corrupt",
     Outcome.ERASED: "erased",
     Outcome.CLEARED: "cleared",
+    Outcome.FENCED: "fenced",
 }
 """The ``rows.Stats`` counter of each outcome (a repeated clear, a duplicate, counts nowhere)."""
 
@@ -156,6 +166,9 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         if isinstance(event, ConversationCleared):
             batch = None
             append_id = b""
+        elif isinstance(event, RunBegun):
+            batch = None
+            append_id = event.run_id.encode("utf-8")
         else:
             if event.sealed is not None:  # the key store still decides: KeyErased, or another key
                 key_id = event.sealed.key_id
@@ -167,7 +180,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
             append_id = event.append_id.encode("utf-8")
     except CorruptLog as e:
         if opened:  # opened, then refused by event_batch: its key was used all the same
-            assert not isinstance(event, ConversationCleared)  # Invariant: only batches and replacements open.
+            assert isinstance(event, BatchAppended | TurnReplaced)  # Invariant: only batches and replacements open.
             conv = event.conversation_id.encode("utf-8")
             if key == record_key_bytes(conv, event.append_id.encode("utf-8")):
                 _note_key(tx, conv, opened, None)  # rare: written without reading the row
@@ -176,7 +189,7 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         # Its conversation was cleared (every key of it is destroyed only after the clear is in the
         # log): the content is gone on purpose and the record has no effect; a writer still
         # waiting for it is told the conversation is closed.
-        assert not isinstance(event, ConversationCleared)  # Invariant: only sealed content raises it.
+        assert isinstance(event, BatchAppended | TurnReplaced)  # Invariant: only sealed content raises it.
         assert event.sealed is not None and keys_ is not None  # Invariant: open_content raised it.
         if key != record_key_bytes(event.conversation_id.encode("utf-8"), event.append_id.encode("utf-8")):
             return _corrupt("record key does not match the event")
@@ -196,15 +209,24 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     if isinstance(event, ConversationCleared):
         if row is not None and row.closed:
             return Decision(Outcome.DUPLICATE), None
+        had_runs = runs.latest_epoch(tx, conv) > 0  # read before the clear drops the F rows
         full.clear(tx, conv)  # leaves the K rows: projections.erasure.destroy_keys reads them
         tx.delete(keys.open_key(conv))
         tx.put(keys.conv_key(conv), ConversationRow(closed=True).encode())
         # Always pending until projections.erasure.finish: its keys (K rows, even of records all
-        # refused) to destroy, and, if it had rows, its files to compact.
-        tx.put(keys.erasing_key(conv), keys.ERASE_COMPACT if row is not None else keys.ERASE_KEYS_ONLY)
+        # refused) to destroy, and, if it had rows (a run's, before any message, too), its files
+        # to compact.
+        had_rows = row is not None or had_runs
+        tx.put(keys.erasing_key(conv), keys.ERASE_COMPACT if had_rows else keys.ERASE_KEYS_ONLY)
         if not want_event:
             return Decision(Outcome.CLEARED), None
         return Decision(Outcome.CLEARED), ClearEvent(conversation_id, position, time_of(event.created_at_ms))
+
+    if isinstance(event, RunBegun):
+        if row is not None and row.closed:
+            return Decision(Outcome.REJECTED_CLOSED), None
+        epoch, new = runs.begin(tx, conv, event.run_id)
+        return Decision(Outcome.BEGUN if new else Outcome.DUPLICATE, epoch=epoch), None
 
     assert batch is not None  # Invariant: only BatchAppended and TurnReplaced reach here.
     refused = precheck(tx, row, event, batch, in_log_order=True)
@@ -215,6 +237,8 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         tx.put(keys.open_key(conv), b"")
     hidden = range(0)
     created_ms = max(row.last_ms, event.created_at_ms)  # never earlier than the message before it
+    run_id = event.run_id
+    before = ConversationRow.decode(row.encode()) if run_id is not None else row  # what the batch follows
     if isinstance(event, TurnReplaced):
         latest = full.latest_turn(tx, conv, row)
         assert latest is not None  # Invariant: precheck refuses a replacement without a latest turn.
@@ -222,6 +246,9 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
                                                                        event.reason, created_ms)
     else:
         first_seq, first_ord, turns = full.append(tx, conv, row, batch, created_ms)
+    if run_id is not None:
+        runs.note_writes(tx, conv, run_id, before, batch, first_seq, turns,
+                         opens_new_turn=isinstance(event, TurnReplaced))
     row.last_append = batch.append_id
     if opened:
         row.last_key = opened  # its K row was just noted
@@ -287,6 +314,13 @@ def precheck(rows: Rows, row: ConversationRow | None, event: BatchAppended | Tur
         if prior.digest == batch.digest:  # the content's digest: a sealed event's is in memory only
             return Decision(Outcome.DUPLICATE, prior.digest, LogPosition(prior.partition, prior.offset))
         return Decision(Outcome.CONFLICT, prior.digest)
+    fence = event.fence
+    if fence is not None:
+        latest, refused = runs.fenced(rows, conv, fence, in_log_order=in_log_order)
+        if refused:
+            why = (f"fence {fence} is older than the conversation's latest run (epoch {latest})"
+                   if fence < latest else f"no run of epoch {fence} has begun (the latest is {latest})")
+            return Decision(Outcome.FENCED, reason=why, epoch=latest)
     if isinstance(event, TurnReplaced):
         reason = _not_replaceable(rows, conv, row, event, batch, in_log_order)
         return Decision(Outcome.NOT_REPLACEABLE, reason=reason) if reason else None

@@ -32,6 +32,13 @@ key                    meaning                                         value
                        destroy, files to compact)                      rows, only keys to destroy
 ``K`` conv 1F key_id   a record of the conversation was sealed under   empty
                        data key ``key_id`` (what ``clear`` destroys)
+``F`` conv 1F run      a run of the conversation (``RunBegun``); the  its epoch (u64); for the empty run:
+                       empty run id: the conversation's latest run     the latest epoch
+``F`` conv 1F 00 epoch the run that has epoch ``epoch`` (u64)          its run id (UTF-8)
+``J`` conv 1F run 1F   the run wrote a message in turn ``turn``        empty
+      ``t`` turn       (a turn id; hidden messages keep theirs)
+``J`` conv 1F run 1F   the run wrote a user message, seq ``seq``       its message id (UTF-8)
+      ``u`` seq
 ``P`` name 00 part     checkpoint: next offset to apply (``core``'s:   offset (``core``: + ``Stats``)
                        with the partition's admission counters)
 ``Q`` part offset      a quarantined poison record                     reason (UTF-8)
@@ -92,6 +99,8 @@ __all__ = [
     "RECEIPT_END",
     "RECEIPT_PREFIX",
     "ROLE_CODES",
+    "RUN",
+    "RUN_WRITES",
     "SOURCE",
     "STATE_FORMAT",
     "SYSTEM",
@@ -135,6 +144,12 @@ __all__ = [
     "read_time_key",
     "read_turn_value",
     "receipt_key",
+    "run_epoch_key",
+    "run_key",
+    "run_request_key",
+    "run_requests_range",
+    "run_turn_key",
+    "run_writes_range",
     "source_key",
     "system_key",
     "time_key",
@@ -142,14 +157,16 @@ __all__ = [
     "turn_value",
 ]
 
-EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8", b"9"})
+EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8", b"9", b"10"})
 """The layouts whose ``core`` checkpoint rows begin with the next offset to apply (a u64): their
 checkpoints are evidence of acknowledged records (``engine/state.py``) even when the layout is
 older than ``STATE_FORMAT`` and is about to be rebuilt. Add each new layout that keeps that."""
 
-STATE_FORMAT = b"9"
+STATE_FORMAT = b"10"
 """Version of this layout and of the admission rules that filled it (``m format``); a state of another
-version is rebuilt. 9: ``ConversationRow.last_key``, the key id of the conversation's last
+version is rebuilt. 10: runs and fences (``RunBegun``, the ``F`` and ``J`` rows, the ``fenced``
+outcome and its counter), so a state of 9 may have quarantined as poison the records that now
+begin a run or carry a fence. 9: ``ConversationRow.last_key``, the key id of the conversation's last
 accepted sealed record, whose ``K`` row exists (admission notes the next record under that key
 without reading its ``K`` row). 8: the ``K`` rows (the data keys each conversation's records were sealed
 under), so a rebuilt state lists the same keys as the live one. 7: a user message flagged internal
@@ -183,8 +200,12 @@ EXTERNAL = b"X"
 OPEN = b"O"
 ERASING = b"E"
 KEY_ID = b"K"
+RUN = b"F"
+RUN_WRITES = b"J"
+_RUN_TURN = b"t"
+_RUN_REQUEST = b"u"
 
-CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT, TIME, EXTERNAL)
+CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT, TIME, EXTERNAL, RUN, RUN_WRITES)
 """Every keyspace under ``prefix conv 1F``: what a clear drops (the ``C`` row keeps the closure)."""
 
 ROLE_CODES = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
@@ -369,6 +390,39 @@ def read_key_id_key(key: bytes) -> tuple[bytes, str]:
     """``(conversation, key id)`` of a ``K`` key."""
     conv, _, key_id = key[len(KEY_ID):].partition(SEP)
     return conv, key_id.decode("ascii")
+
+
+def run_key(conv: bytes, run_id: bytes) -> bytes:
+    """A run's epoch; ``run_id`` ``b""``: the conversation's latest epoch (run ids are never empty)."""
+    return RUN + conv + SEP + run_id
+
+
+def run_epoch_key(conv: bytes, epoch: int) -> bytes:
+    """The run that has epoch ``epoch`` (``00`` after the separator: no run id holds a control
+    character, so no run's key is one of these)."""
+    return RUN + conv + SEP + b"\x00" + _U64.pack(epoch)
+
+
+def run_turn_key(conv: bytes, run_id: bytes, turn_id: bytes) -> bytes:
+    """The run wrote a message (visible or hidden since) in turn ``turn_id``."""
+    return RUN_WRITES + conv + SEP + run_id + SEP + _RUN_TURN + turn_id
+
+
+def run_request_key(conv: bytes, run_id: bytes, seq: int) -> bytes:
+    """The run wrote the user message of seq ``seq`` (its id is the value)."""
+    return RUN_WRITES + conv + SEP + run_id + SEP + _RUN_REQUEST + _U64.pack(seq)
+
+
+def run_writes_range(conv: bytes, run_id: bytes) -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of every ``J`` row of one run: empty when it wrote nothing."""
+    lower = RUN_WRITES + conv + SEP + run_id + SEP
+    return lower, prefix_end(lower)
+
+
+def run_requests_range(conv: bytes, run_id: bytes) -> tuple[bytes, bytes]:
+    """``[lower, upper)`` of the user messages one run wrote, oldest seq first."""
+    lower = RUN_WRITES + conv + SEP + run_id + SEP + _RUN_REQUEST
+    return lower, prefix_end(lower)
 
 
 def erasure_ranges(conv: bytes) -> list[tuple[bytes, bytes]]:

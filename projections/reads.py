@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Literal, NamedTuple
 
-from projections import by_ids, keys, navigation
+from projections import by_ids, keys, navigation, runs
 from projections.navigation import Order, message_id
 from projections.rows import FLAG_INTERRUPTED, AggregateRow, ConversationRow, MessageRow, ReceiptRow, SourceRow
 from projections.store import Snapshot, StateStore
@@ -27,6 +27,7 @@ from schemas.times import time_of
 __all__ = ["Reads"]
 
 _SYSTEM = keys.ROLE_CODES["system"]
+_USER = keys.ROLE_CODES["user"]
 _ROLES = {code: Role(name) for name, code in keys.ROLE_CODES.items()}
 
 Unit = Literal["turn", "message"]
@@ -224,6 +225,37 @@ class Reads:
                               bool(flags & FLAG_INTERRUPTED))
 
         return by_ids.visible_rows(opened.snap, opened.conv, opened.row.messages, ids, keys.source_key, pick)
+
+    # -- runs (projections.runs) ----------------------------------------------------------------
+    def run_epoch(self, conv: str, run_id: str) -> int:
+        """The epoch of run ``run_id`` (0: not begun here, or cleared). One point read."""
+        return runs.epoch_of(self.store, conv.encode("utf-8"), run_id)
+
+    def run_of_epoch(self, conv: str, epoch: int) -> str | None:
+        """The run that has ``epoch`` in ``conv``, or None. One point read."""
+        return runs.run_of_epoch(self.store, conv.encode("utf-8"), epoch)
+
+    def run_wrote_history(self, conv: str, run_id: str, root_turn: str | None) -> bool:
+        """Whether the run wrote a message, hidden ones included (in turn ``root_turn`` if given)."""
+        return runs.wrote_history(self.store.iterator(), conv.encode("utf-8"), run_id, root_turn)
+
+    def run_request(self, conv: str, run_id: str, root_turn: str) -> MessageID | None:
+        """The run's newest visible user message, else ``root_turn`` when it is a visible user
+        message, else None: a seek, then two point reads per hidden request stepped over."""
+        opened = self._open(conv)
+        if opened is None:
+            return None
+        snap, c, row = opened
+
+        def pick(value: bytes, append_id: str, index: int, seq: int) -> bool | None:
+            head = MessageRow.decode(value)
+            return True if head.seq == seq and head.role == _USER else None
+
+        for wanted in runs.run_requests(snap, c, run_id):
+            if by_ids.visible_rows(snap, c, row.messages, [wanted], keys.message_key, pick):
+                return wanted
+        root = MessageID.parse(root_turn)
+        return root if by_ids.visible_rows(snap, c, row.messages, [root], keys.message_key, pick) else None
 
     # -- turns ---------------------------------------------------------------------------------
     def turn(self, conv: str, message_id_: str) -> HistoryTurn:

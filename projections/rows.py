@@ -224,7 +224,8 @@ class HiddenRow:
         return at, REASONS[reason], b[start:start + blen].decode("utf-8"), b[start + blen:]
 
 
-_STATS = struct.Struct(">QQQQQQQQQ")
+_STATS = struct.Struct(">QQQQQQQQQQ")
+_STATS_BEFORE_FENCES = struct.Struct(">QQQQQQQQQ")  # rows written before ``fenced`` was counted
 _STATS_BEFORE_ERASURE = struct.Struct(">QQQQQQQ")  # rows written before ``cleared`` and ``erased`` were counted
 
 
@@ -243,10 +244,12 @@ class Stats:
     """Conversations cleared (each erased once: its keys destroyed, its rows deleted)."""
     erased: int = 0
     """Records met after their content was erased (their key destroyed): applied without effect."""
+    fenced: int = 0
+    """Writes refused because a later run began before them (``Fenced``)."""
 
     def encode(self) -> bytes:
         return _STATS.pack(self.accepted, self.duplicates, self.conflicts, self.rejected_closed, self.corrupt,
-                           self.precondition_failed, self.not_replaceable, self.cleared, self.erased)
+                           self.precondition_failed, self.not_replaceable, self.cleared, self.erased, self.fenced)
 
     def copy(self) -> Stats:
         return Stats(*(getattr(self, f) for f in Stats.__slots__))
@@ -262,6 +265,8 @@ class Stats:
             return cls()
         if len(b) == _STATS_BEFORE_ERASURE.size:
             return cls(*_STATS_BEFORE_ERASURE.unpack(b))
+        if len(b) == _STATS_BEFORE_FENCES.size:
+            return cls(*_STATS_BEFORE_FENCES.unpack(b))
         return cls(*_STATS.unpack(b))
 
 def checkpoint_value(offset: int, stats: Stats | None = None) -> bytes:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import shutil
 import weakref
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -302,7 +302,7 @@ class Snapshot:
         finally:
             del it  # Invariant: no frame of a traceback keeps the iterator (and so RocksDB's lock).
 
-    def scan_reverse(self, lower: bytes, upper: bytes) -> Iterator[tuple[bytes, bytes]]:
+    def scan_reverse(self, lower: bytes, upper: bytes) -> Generator[tuple[bytes, bytes], None, None]:
         """Keys in ``[lower, upper)`` in reverse key order."""
         it, store = self._it, self._store
         try:

@@ -27,6 +27,7 @@ from schemas.errors import (
     DecryptionFailed,
     DuplicateProjection,
     EngineClosed,
+    Fenced,
     HistoryError,
     InvalidAppendID,
     InvalidBatch,
@@ -53,7 +54,7 @@ from schemas.errors import (
     Unauthorized,
     WindowTooSmall,
 )
-from schemas.ids import AppendID, ConversationID
+from schemas.ids import AppendID, ConversationID, RunID
 from schemas.messages import (
     Citation,
     Media,
@@ -69,6 +70,7 @@ from schemas.messages import (
     ToolResultPart,
 )
 from schemas.positions import HistoryPosition, LogPosition
+from schemas.runs import Fence
 
 __all__ = [
     "AppendConflict",
@@ -86,6 +88,8 @@ __all__ = [
     "DecryptionFailed",
     "DuplicateProjection",
     "EngineClosed",
+    "Fence",
+    "Fenced",
     "FinishReason",
     "FrozenDict",
     "HistoryError",
@@ -125,6 +129,7 @@ __all__ = [
     "RefusalPart",
     "ResponseAccumulator",
     "Role",
+    "RunID",
     "StateUnavailable",
     "StoredMessage",
     "SubscriptionLost",

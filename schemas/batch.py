@@ -1,4 +1,5 @@
-"""Batch (one immutable append), Receipt (proof it was accepted), and the read-side value types.
+"""Batch (one immutable append) and Receipt (proof it was accepted); the read-side value types
+are ``schemas.results`` (re-exported here, where they always were).
 
 A ``Batch`` is what the log stores: its ``canonical_json()`` is the canonical JSON array of its
 messages (the IDs are not part of it) and ``digest`` is ``sha256:`` + hex of those bytes. Both
@@ -11,18 +12,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
 from schemas.canonical import DIGEST_PATTERN, digest_of, loads_exact
 from schemas.errors import InvalidBatch, InvalidMessage, InvalidReceipt
-from schemas.ids import AppendID, ConversationID
-from schemas.messages import Message, Role, invalid
-from schemas.positions import HistoryPosition, LogPosition
-from schemas.times import iso_time
+from schemas.ids import AppendID, ConversationID, RunID
+from schemas.messages import Message, invalid
+from schemas.positions import LogPosition
+from schemas.results import HistoryLoad, HistoryTurn, Located, Measure, StoredMessage, StoredWindow, TurnSource
 
 __all__ = [
     "Batch",
@@ -69,22 +69,27 @@ def _messages_of(raw: Any) -> list[Message]:
 
 
 class Batch:
-    """One immutable append: ``Batch(conversation_id, append_id, messages)``.
+    """One immutable append: ``Batch(conversation_id, append_id, messages, run_id=None)``.
 
     Plain strings are accepted for the IDs and validated (``InvalidConversationID`` /
     ``InvalidAppendID``). ``messages`` is any iterable of ``Message``; at least one
-    (``InvalidBatch`` otherwise). Equality and hash are by (conversation id, append id, digest).
+    (``InvalidBatch`` otherwise). ``run_id``: the run that wrote it, for traceability only
+    (``run_wrote_history``; ``InvalidRequest`` for a bad one): it is no part of the content, the
+    digest or the equality, so a retry under another run is still a duplicate of the first.
+    Equality and hash are by (conversation id, append id, digest).
     """
 
-    __slots__ = ("_append_id", "_canonical", "_conversation_id", "_digest", "_messages")
+    __slots__ = ("_append_id", "_canonical", "_conversation_id", "_digest", "_messages", "_run_id")
 
     _conversation_id: ConversationID
     _append_id: AppendID
     _messages: tuple[Message, ...]
     _canonical: bytes
     _digest: str
+    _run_id: RunID | None
 
-    def __init__(self, conversation_id: str, append_id: str, messages: Iterable[Message]) -> None:
+    def __init__(self, conversation_id: str, append_id: str, messages: Iterable[Message], *,
+                 run_id: str | None = None) -> None:
         conv = ConversationID(conversation_id)
         app = AppendID(append_id)
         if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Iterable):
@@ -100,13 +105,14 @@ class Batch:
                     f"invalid batch: messages[{i}]: expected a Message, got {type(message).__name__}"
                 )
         canonical = _join(snapshot)
-        self._set(conv, app, snapshot, canonical)
+        self._set(conv, app, snapshot, canonical, run_id=None if run_id is None else RunID(run_id))
 
     def _set(
         self, conv: ConversationID, app: AppendID, messages: tuple[Message, ...], canonical: bytes,
-        digest: str | None = None,
+        digest: str | None = None, run_id: RunID | None = None,
     ) -> None:
         """``digest``: ``digest_of(canonical)``, when the caller computed it from these bytes."""
+        object.__setattr__(self, "_run_id", run_id)
         object.__setattr__(self, "_conversation_id", conv)
         object.__setattr__(self, "_append_id", app)
         object.__setattr__(self, "_messages", messages)
@@ -127,6 +133,11 @@ class Batch:
     @property
     def append_id(self) -> AppendID:
         return self._append_id
+
+    @property
+    def run_id(self) -> RunID | None:
+        """The run that wrote the batch (traceability only), or None."""
+        return self._run_id
 
     @property
     def messages(self) -> tuple[Message, ...]:
@@ -171,6 +182,9 @@ class Batch:
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
+        if self._run_id is not None:
+            return (_rebuild_batch, (str(self._conversation_id), str(self._append_id), self._canonical,
+                                     str(self._run_id)))
         return (Batch.from_canonical, (str(self._conversation_id), str(self._append_id), self._canonical))
 
     def __copy__(self) -> Batch:
@@ -181,15 +195,16 @@ class Batch:
 
     # ----- JSON
     def to_json(self) -> bytes:
-        """``{"append_id":…,"conversation_id":…,"messages":[…canonical…]}`` (keys sorted, no spaces)."""
-        return orjson.dumps(
-            {
-                "append_id": str(self._append_id),
-                "conversation_id": str(self._conversation_id),
-                "messages": orjson.Fragment(self._canonical),
-            },
-            option=orjson.OPT_SORT_KEYS,
-        )
+        """``{"append_id":…,"conversation_id":…,"messages":[…canonical…]}`` (keys sorted, no
+        spaces), with ``"run_id"`` when the batch has one."""
+        tree: dict[str, Any] = {
+            "append_id": str(self._append_id),
+            "conversation_id": str(self._conversation_id),
+            "messages": orjson.Fragment(self._canonical),
+        }
+        if self._run_id is not None:
+            tree["run_id"] = str(self._run_id)
+        return orjson.dumps(tree, option=orjson.OPT_SORT_KEYS)
 
     @classmethod
     def from_json(cls, data: bytes | bytearray | str) -> Batch:
@@ -202,13 +217,14 @@ class Batch:
             raise InvalidBatch(
                 "invalid batch: expected a JSON object with conversation_id, append_id, messages"
             )
-        unknown = sorted(set(tree) - {"conversation_id", "append_id", "messages"})
+        unknown = sorted(set(tree) - {"conversation_id", "append_id", "messages", "run_id"})
         if unknown:
             raise InvalidBatch(f"invalid batch: unknown member {unknown[0]!r}")
         missing = [k for k in ("conversation_id", "append_id", "messages") if k not in tree]
         if missing:
             raise InvalidBatch(f"invalid batch: missing member {missing[0]!r}")
-        return cls(tree["conversation_id"], tree["append_id"], _messages_of(tree["messages"]))
+        return cls(tree["conversation_id"], tree["append_id"], _messages_of(tree["messages"]),
+                   run_id=tree.get("run_id"))
 
     @classmethod
     def from_messages_json(cls, conversation_id: str, append_id: str, data: bytes | bytearray | str) -> Batch:
@@ -268,6 +284,13 @@ class Batch:
             raise InvalidBatch(str(invalid(exc, "batch"))) from None
         except InvalidMessage as exc:
             raise InvalidBatch(f"invalid batch: {exc}") from None
+
+
+def _rebuild_batch(conversation_id: str, append_id: str, canonical: bytes, run_id: str) -> Batch:
+    """Unpickle a batch with a run (``Batch.__reduce__``)."""
+    batch = Batch.from_canonical(conversation_id, append_id, canonical)
+    object.__setattr__(batch, "_run_id", RunID(run_id))
+    return batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,124 +391,3 @@ class Receipt:
             tree["digest"],
             LogPosition(pos["partition"], pos["offset"]),
         )
-
-
-@dataclass(frozen=True, slots=True)
-class StoredMessage:
-    """A message as stored: stable ``id`` (unique in its conversation), ``position``, the
-    ``append_id`` of its batch and ``created_at`` (the event's time).
-
-    ``superseded_by`` and ``reason`` are set only on hidden messages (listed by
-    ``entries(..., include_hidden=True)``): the id of the turn that replaced theirs, and
-    ``"edit"`` or ``"retry"``."""
-
-    id: str
-    message: Message
-    position: HistoryPosition
-    append_id: AppendID
-    created_at: datetime
-    superseded_by: str | None = None
-    reason: str | None = None
-
-    @property
-    def hidden(self) -> bool:
-        return self.superseded_by is not None
-
-    def to_json(self) -> bytes:
-        """``{"append_id", "created_at", "id", "message", "position"}`` (plus ``"reason"`` and
-        ``"superseded_by"`` when hidden) as compact JSON with sorted keys: the message embedded as
-        its canonical JSON, ``created_at`` as ``iso_time`` spells it, the position as ``"TURN:SEQ"``."""
-        tree: dict[str, Any] = {
-            "append_id": str(self.append_id),
-            "created_at": iso_time(self.created_at),
-            "id": self.id,
-            "message": self.message.fragment(),
-            "position": str(self.position),
-        }
-        if self.superseded_by is not None:
-            tree["reason"] = self.reason
-            tree["superseded_by"] = self.superseded_by
-        return orjson.dumps(tree, option=orjson.OPT_SORT_KEYS)
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryTurn:
-    """A visible user-led turn: ``id`` (the id of its user message, stable), ``position`` (its
-    ``HistoryPosition.turn``: compare, never count), the ids of its user message and of its
-    last assistant message (None until there is one), and its messages in stored order."""
-
-    id: str
-    position: int
-    request_message_id: str
-    assistant_message_id: str | None
-    messages: list[StoredMessage]
-
-
-@dataclass(frozen=True, slots=True)
-class Located:
-    """``locate``'s answer: the newest visible message with that external id, with up to the
-    asked number of visible messages before and after it, each list in stored order."""
-
-    message: StoredMessage
-    before: list[StoredMessage]
-    after: list[StoredMessage]
-
-
-_Row = TypeVar("_Row", "StoredMessage", "TurnSource")
-
-
-@dataclass(frozen=True)  # no slots: HistoryLoad[TurnSource](...) must be able to try __orig_class__
-class HistoryLoad(Generic[_Row]):
-    """A budgeted window in stored order; ``truncated`` is true when older messages of the
-    window were left out. ``messages`` holds ``StoredMessage`` (``read_within_bytes``) or
-    ``TurnSource`` (``turn_sources``)."""
-
-    messages: list[_Row]
-    truncated: bool
-
-
-@dataclass(frozen=True, slots=True)
-class TurnSource:
-    """What turn-response composition reads of a message: ``content`` is its canonical JSON
-    without message metadata; ``interrupted`` is true only when metadata ``interrupted`` is JSON ``true``."""
-
-    id: str
-    role: Role
-    content: bytes
-    created_at: datetime
-    interrupted: bool
-
-    def to_json(self) -> bytes:
-        """``{"content", "created_at", "id", "interrupted", "role"}`` as compact JSON with sorted
-        keys; ``content`` is embedded as the canonical JSON it is."""
-        return orjson.dumps({
-            "content": orjson.Fragment(self.content),
-            "created_at": iso_time(self.created_at),
-            "id": self.id,
-            "interrupted": self.interrupted,
-            "role": self.role.value,
-        }, option=orjson.OPT_SORT_KEYS)
-
-
-@dataclass(frozen=True, slots=True)
-class Measure:
-    """Counts after a position, without payloads: ``messages``, ``content_bytes``, ``turns``."""
-
-    messages: int
-    content_bytes: int
-    turns: int
-
-
-@dataclass(frozen=True, slots=True)
-class StoredWindow:
-    """The message-count window with where its messages are stored (``HistoryEngine.window_entries``):
-    ``system`` is the merged system message (None when the conversation has none; merged, it has
-    no one position), ``entries`` the whole turns after it in stored order. ``messages`` is
-    exactly what ``HistoryEngine.window`` returns for the same state."""
-
-    system: Message | None
-    entries: list[StoredMessage]
-
-    @property
-    def messages(self) -> list[Message]:
-        return ([self.system] if self.system is not None else []) + [e.message for e in self.entries]

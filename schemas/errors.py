@@ -22,6 +22,7 @@ The tree (``ValueError`` / ``LookupError`` are mixed in where noted)::
     ├── NotFound                (LookupError) an unknown or hidden message / turn
     ├── TurnNotReplaceable                    only the latest visible turn may be replaced
     ├── PreconditionFailed                    expected_last did not match
+    ├── Fenced                                a later begin_run owns the conversation's writes now
     ├── WindowTooSmall                        the newest turn does not fit the window
     ├── CommitError                           generation succeeded, persistence did not (schemas.commit)
     ├── CommitUnconfirmed                     no decision in time; resend the same Batch
@@ -52,6 +53,7 @@ __all__ = [
     "DecryptionFailed",
     "DuplicateProjection",
     "EngineClosed",
+    "Fenced",
     "HistoryError",
     "InvalidAppendID",
     "InvalidBatch",
@@ -186,6 +188,21 @@ class TurnNotReplaceable(HistoryError):
 
 class PreconditionFailed(HistoryError):
     """``expected_last`` did not name the conversation's last accepted append."""
+
+
+class Fenced(HistoryError):
+    """The write carried a fence (``begin_run``'s ``Fence``) older than the conversation's
+    latest: another run began after it, and a run that lost the conversation never writes over
+    its successor. ``latest`` is the conversation's latest epoch where the write was decided
+    (0 when unknown). Stop this run; the successor owns the conversation's writes."""
+
+    def __init__(self, message: str, *, conversation_id: str = "", latest: int = 0) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.latest = latest
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
 
 
 class WindowTooSmall(HistoryError):

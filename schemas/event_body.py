@@ -2,8 +2,8 @@
 
 A part of the events' wire format (``schemas.events`` frames these bodies and is its home; the
 schemas themselves are the ``.avsc`` files): for exactly the writer schemas ``encode_event`` uses
-(``batch_appended.avsc`` v2 and ``.v3``, ``turn_replaced.avsc`` v1 and ``.v2``,
-``conversation_cleared.avsc``), the body as the Avro specification's binary encoding gives it:
+(``batch_appended.avsc`` v2, ``.v3`` and ``.v4``, ``turn_replaced.avsc`` v1, ``.v2`` and ``.v3``,
+``conversation_cleared.avsc``, ``run_begun.avsc``), the body as the Avro specification's binary encoding gives it:
 
 * ``int`` / ``long``: zig-zag, then a base-128 varint, least significant group first;
 * ``string`` / ``bytes``: the byte length as a ``long``, then the (UTF-8) bytes;
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BATCH_FIELDS", "CLEARED_FIELDS", "REPLACED_FIELDS", "SEALED_FIELDS", "batch_body", "cleared_body",
-           "replaced_body"]
+__all__ = ["BATCH_FIELDS", "CLEARED_FIELDS", "REPLACED_FIELDS", "RUN_FIELDS", "SEALED_FIELDS", "TAIL_FIELDS",
+           "batch_body", "cleared_body", "replaced_body", "run_body"]
 
 BATCH_FIELDS: Final = (("conversation_id", "string"), ("append_id", "string"), ("digest", "string"),
                        ("messages", "bytes"), ("message_count", "int"), ("content_bytes", "long"),
@@ -41,6 +41,10 @@ SEALED_FIELDS: Final = (("key_id", "string"), ("nonce", 12), ("ciphertext", "byt
 """``SealedContent``'s fields as written here (an int: a ``fixed`` of that size)."""
 CLEARED_FIELDS: Final = (("conversation_id", "string"), ("created_at_ms", "long"))
 """``ConversationCleared``'s fields as written here."""
+TAIL_FIELDS: Final = (("fence", ["null", "long"]), ("run_id", ["null", "string"]))
+"""The fields ``BatchAppended`` v4 and ``TurnReplaced`` v3 add after ``sealed``."""
+RUN_FIELDS: Final = (("conversation_id", "string"), ("run_id", "string"), ("created_at_ms", "long"))
+"""``RunBegun``'s fields as written here."""
 
 _ONE_BYTE: Final = tuple(bytes((n,)) for n in range(128))
 
@@ -75,35 +79,61 @@ def _sealed(parts: list[bytes], key_id: str, nonce: bytes, ciphertext: bytes, ma
     parts += (b"\x02", _long(len(k)), k, nonce, _long(len(ciphertext)), ciphertext, mac)
 
 
-def batch_body(conversation_id: str, append_id: str, digest: str, messages: bytes, message_count: int,
-               content_bytes: int, created_at_ms: int, expected_last: str | None,
-               sealed: tuple[str, bytes, bytes, bytes] | None) -> bytes:
-    """A ``BatchAppended`` body: v2 when ``sealed`` is None, else v3 with ``sealed`` =
-    (key_id, nonce, ciphertext, mac)."""
-    parts: list[bytes] = []
-    _content(parts, conversation_id, append_id, digest, messages, message_count, content_bytes, created_at_ms)
-    if expected_last is None:
+def _optional(parts: list[bytes], value: str | None) -> None:
+    """A ``["null", "string"]`` union."""
+    if value is None:
         parts.append(b"\x00")
     else:
-        e = expected_last.encode("utf-8")
-        parts += (b"\x02", _long(len(e)), e)
-    if sealed is not None:
+        v = value.encode("utf-8")
+        parts += (b"\x02", _long(len(v)), v)
+
+
+def _end(parts: list[bytes], sealed: tuple[str, bytes, bytes, bytes] | None,
+         tail: tuple[int | None, str | None] | None) -> bytes:
+    """The ``sealed`` union and, with ``tail`` (fence, run_id), the fields of the current versions."""
+    if tail is not None:
+        if sealed is None:
+            parts.append(b"\x00")
+        else:
+            _sealed(parts, *sealed)
+        fence, run_id = tail
+        parts.append(b"\x00" if fence is None else b"\x02" + _long(fence))
+        _optional(parts, run_id)
+    elif sealed is not None:
         _sealed(parts, *sealed)
     return b"".join(parts)
 
 
+def batch_body(conversation_id: str, append_id: str, digest: str, messages: bytes, message_count: int,
+               content_bytes: int, created_at_ms: int, expected_last: str | None,
+               sealed: tuple[str, bytes, bytes, bytes] | None,
+               tail: tuple[int | None, str | None] | None = None) -> bytes:
+    """A ``BatchAppended`` body: with ``tail`` = (fence, run_id), v4; else v2 when ``sealed`` is
+    None, v3 with ``sealed`` = (key_id, nonce, ciphertext, mac)."""
+    parts: list[bytes] = []
+    _content(parts, conversation_id, append_id, digest, messages, message_count, content_bytes, created_at_ms)
+    _optional(parts, expected_last)
+    return _end(parts, sealed, tail)
+
+
 def replaced_body(conversation_id: str, append_id: str, digest: str, messages: bytes, message_count: int,
                   content_bytes: int, created_at_ms: int, old_turn_id: str, reason: str,
-                  sealed: tuple[str, bytes, bytes, bytes] | None) -> bytes:
-    """A ``TurnReplaced`` body: v1 when ``sealed`` is None, else v2."""
+                  sealed: tuple[str, bytes, bytes, bytes] | None,
+                  tail: tuple[int | None, str | None] | None = None) -> bytes:
+    """A ``TurnReplaced`` body: with ``tail``, v3; else v1 when ``sealed`` is None, v2 sealed."""
     parts: list[bytes] = []
     _content(parts, conversation_id, append_id, digest, messages, message_count, content_bytes, created_at_ms)
     o = old_turn_id.encode("utf-8")
     r = reason.encode("utf-8")
     parts += (_long(len(o)), o, _long(len(r)), r)
-    if sealed is not None:
-        _sealed(parts, *sealed)
-    return b"".join(parts)
+    return _end(parts, sealed, tail)
+
+
+def run_body(conversation_id: str, run_id: str, created_at_ms: int) -> bytes:
+    """A ``RunBegun`` body."""
+    c = conversation_id.encode("utf-8")
+    r = run_id.encode("utf-8")
+    return _long(len(c)) + c + _long(len(r)) + r + _long(created_at_ms)
 
 
 def cleared_body(conversation_id: str, created_at_ms: int) -> bytes:

@@ -55,9 +55,10 @@ def seal_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppend
                   record=_record_of(event))
     if isinstance(event, BatchAppended):
         return BatchAppended(event.conversation_id, event.append_id, "", b"", event.message_count,
-                             event.content_bytes, event.created_at_ms, event.expected_last, sealed)
+                             event.content_bytes, event.created_at_ms, event.expected_last, sealed, event.fence,
+                             event.run_id)
     return TurnReplaced(event.conversation_id, event.append_id, "", b"", event.message_count, event.content_bytes,
-                        event.created_at_ms, event.old_turn_id, event.reason, sealed)
+                        event.created_at_ms, event.old_turn_id, event.reason, sealed, event.fence, event.run_id)
 
 
 def open_content(event: BatchAppended | TurnReplaced, key: DataKey) -> bytes:

@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from schemas.canonical import DIGEST_PATTERN
 from schemas.errors import HistoryError, NotFound
-from schemas.ids import AppendID, ConversationID, MessageID
+from schemas.ids import AppendID, ConversationID, MessageID, RunID
 from schemas.sealed import TAG_BYTES, key_id_problem
 from schemas.times import time_problem
 
@@ -25,6 +25,7 @@ __all__ = [
     "check_batch_record",
     "check_cleared_record",
     "check_replaced_record",
+    "check_run_record",
     "turn_id_problem",
 ]
 
@@ -54,7 +55,7 @@ def turn_id_problem(value: str) -> str:
     return ""
 
 
-def _valid_id(rec: dict[str, Any], field: str, kind: type[ConversationID] | type[AppendID]) -> None:
+def _valid_id(rec: dict[str, Any], field: str, kind: type[ConversationID] | type[AppendID] | type[RunID]) -> None:
     try:
         rec[field] = kind(rec[field])
     except HistoryError as e:
@@ -92,6 +93,10 @@ def _valid_batch_fields(rec: dict[str, Any]) -> None:
         raise InvalidField("digest", f"{rec['digest'][:80]!r} is not 'sha256:' + 64 lowercase hex digits")
     _valid_int(rec, "message_count", 1, INT_MAX)
     _valid_int(rec, "content_bytes", 0, LONG_MAX)
+    if rec.get("fence") is not None:  # version 4 / 3: an epoch begin_run gave (the first is 1)
+        _valid_int(rec, "fence", 1, LONG_MAX)
+    if rec.get("run_id") is not None:
+        _valid_id(rec, "run_id", RunID)
 
 
 def check_batch_record(rec: dict[str, Any]) -> None:
@@ -104,6 +109,12 @@ def check_batch_record(rec: dict[str, Any]) -> None:
 def check_cleared_record(rec: dict[str, Any]) -> None:
     """A ``ConversationCleared`` record's fields."""
     _valid_common(rec)
+
+
+def check_run_record(rec: dict[str, Any]) -> None:
+    """A ``RunBegun`` record's fields."""
+    _valid_common(rec)
+    _valid_id(rec, "run_id", RunID)
 
 
 def check_replaced_record(rec: dict[str, Any]) -> None:

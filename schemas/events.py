@@ -54,20 +54,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import Any, Final
 
 from fastavro import parse_schema, schemaless_reader
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 
-from schemas.errors import CorruptLog, InvalidBatch
+from schemas.errors import CorruptLog
 from schemas.event_body import (
     BATCH_FIELDS,
     CLEARED_FIELDS,
     REPLACED_FIELDS,
+    RUN_FIELDS,
     SEALED_FIELDS,
+    TAIL_FIELDS,
     batch_body,
     cleared_body,
     replaced_body,
+    run_body,
 )
 from schemas.event_rules import (
     INT_MAX,
@@ -79,13 +82,11 @@ from schemas.event_rules import (
     check_batch_record,
     check_cleared_record,
     check_replaced_record,
-    turn_id_problem,
+    check_run_record,
 )
+from schemas.event_types import NAMESPACE, BatchAppended, ConversationCleared, Event, RunBegun, TurnReplaced
 from schemas.sealed import Sealed
 from schemas.times import check_time_ms
-
-if TYPE_CHECKING:  # pragma: no cover
-    from schemas.batch import Batch
 
 __all__ = [
     "BATCH_APPENDED_FINGERPRINT",
@@ -96,11 +97,13 @@ __all__ = [
     "MAGIC",
     "NAMESPACE",
     "REPLACE_REASONS",
+    "RUN_BEGUN_FINGERPRINT",
     "TURN_REPLACED_FINGERPRINT",
     "TURN_REPLACED_V1_FINGERPRINT",
     "BatchAppended",
     "ConversationCleared",
     "Event",
+    "RunBegun",
     "TurnReplaced",
     "current_schema",
     "decode_event",
@@ -116,109 +119,30 @@ MAGIC: Final = b"\xc3\x01"
 HEADER_SIZE: Final = 10
 """Marker (2 bytes) + fingerprint (8 bytes); the Avro body follows."""
 
-NAMESPACE: Final = "histlog.events"
-
-
-@dataclass(frozen=True, slots=True)
-class BatchAppended:
-    """One atomic append of a batch (``schemas/batch_appended.avsc``).
-
-    ``messages`` is the canonical JSON array that ``digest`` (``"sha256:" + hex``) was computed
-    over; admission recomputes the digest from these bytes.
-    """
-
-    AVRO_NAME: ClassVar[str] = f"{NAMESPACE}.BatchAppended"
-
-    conversation_id: str
-    append_id: str
-    digest: str
-    messages: bytes
-    message_count: int
-    content_bytes: int
-    created_at_ms: int
-    expected_last: str | None = None
-    """Precondition (version 2): ``None`` none; ``""`` no accepted append yet; else the append id
-    of the conversation's last accepted append."""
-    sealed: Sealed | None = None
-    """Version 3: the content sealed under the conversation's data key (``digest`` is then ``""``
-    and ``messages`` empty); None for a plain record."""
-
-    @classmethod
-    def of(cls, batch: Batch, created_at_ms: int, expected_last: str | None = None) -> BatchAppended:
-        """The event that appends ``batch`` (the one place a Batch becomes an event).
-
-        Raises ``InvalidConfiguration`` for an unrepresentable ``created_at_ms``."""
-        return cls(batch.conversation_id, batch.append_id, batch.digest, batch.canonical_json(), len(batch),
-                   batch.content_bytes(), check_time_ms(created_at_ms), expected_last)
-
-
-@dataclass(frozen=True, slots=True)
-class ConversationCleared:
-    """Closes a conversation forever (``schemas/conversation_cleared.avsc``).
-
-    Its record key has an empty append id.
-    """
-
-    AVRO_NAME: ClassVar[str] = f"{NAMESPACE}.ConversationCleared"
-
-    conversation_id: str
-    created_at_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class TurnReplaced:
-    """Edit or retry (``schemas/turn_replaced.avsc``): hides the latest visible turn
-    ``old_turn_id`` and appends the replacement turn, atomically. Keyed like a batch."""
-
-    AVRO_NAME: ClassVar[str] = f"{NAMESPACE}.TurnReplaced"
-
-    conversation_id: str
-    append_id: str
-    digest: str
-    messages: bytes
-    message_count: int
-    content_bytes: int
-    created_at_ms: int
-    old_turn_id: str
-    reason: str
-    sealed: Sealed | None = None
-    """Version 2: the replacement's content sealed (as ``BatchAppended.sealed``); None when plain."""
-
-    @classmethod
-    def of(cls, batch: Batch, created_at_ms: int, old_turn_id: str, reason: str) -> TurnReplaced:
-        """The event that replaces turn ``old_turn_id`` with ``batch``.
-
-        Raises ``InvalidConfiguration`` for an unrepresentable ``created_at_ms`` and
-        ``InvalidBatch`` when ``old_turn_id`` is not a turn id (``HistoryTurn.id``): such an
-        event would be poison. ``reason`` is the caller's to check (the engine does), so tests
-        can still build a poison replacement on purpose."""
-        if not isinstance(old_turn_id, str) or turn_id_problem(old_turn_id):
-            raise InvalidBatch(f"invalid old_turn_id {old_turn_id!r}: expected a turn id (HistoryTurn.id, "
-                               "e.g. 'a-2/0'); read latest_turn() for the id of the latest visible turn")
-        return cls(batch.conversation_id, batch.append_id, batch.digest, batch.canonical_json(), len(batch),
-                   batch.content_bytes(), check_time_ms(created_at_ms), old_turn_id, reason)
-
-
-Event = BatchAppended | ConversationCleared | TurnReplaced
 
 # --------------------------------------------------------------------------- schemas
 
 _SCHEMA_DIR: Final = Path(__file__).resolve().parent
 
 _CURRENT_FILES: Final[dict[str, str]] = {
-    BatchAppended.AVRO_NAME: "batch_appended.v3.avsc",
+    BatchAppended.AVRO_NAME: "batch_appended.v4.avsc",
     ConversationCleared.AVRO_NAME: "conversation_cleared.avsc",
-    TurnReplaced.AVRO_NAME: "turn_replaced.v2.avsc",
+    TurnReplaced.AVRO_NAME: "turn_replaced.v3.avsc",
+    RunBegun.AVRO_NAME: "run_begun.avsc",
 }
-_HISTORIC_FILES: Final = ("batch_appended.v1.avsc", "batch_appended.avsc", "turn_replaced.avsc")
+_HISTORIC_FILES: Final = ("batch_appended.v1.avsc", "batch_appended.avsc", "turn_replaced.avsc",
+                          "batch_appended.v3.avsc", "turn_replaced.v2.avsc")
 """Older writer schemas that logs may hold: registered at import, so old logs still replay.
-``batch_appended.avsc`` (version 2) and ``turn_replaced.avsc`` (version 1) are also what a *plain*
-record is written with (``encode_event`` of an event without ``sealed``): byte for byte what
-releases before sealing wrote, so a reader that does not know the sealed schemas still reads them."""
-_PLAIN_FILES: Final[dict[str, str]] = {
-    BatchAppended.AVRO_NAME: "batch_appended.avsc",
-    TurnReplaced.AVRO_NAME: "turn_replaced.avsc",
-}
+They are also what ``encode_event`` writes an event *without* a run or fence with, byte for byte
+what earlier releases wrote (so their readers still read it): a plain one with
+``batch_appended.avsc`` (version 2) / ``turn_replaced.avsc`` (version 1), a sealed one with
+``batch_appended.v3.avsc`` / ``turn_replaced.v2.avsc``. Only a write with a run or a fence needs
+the current versions (4 and 3)."""
+_PREFIX_FILES: Final = ("batch_appended.avsc", "turn_replaced.avsc", "batch_appended.v3.avsc",
+                        "turn_replaced.v2.avsc")
+"""The historic writers whose fields are the current schema's first fields exactly: their bodies
+are read as written, without fastavro's schema resolution (which costs about as much again per
+record on replay); the dataclass's defaults (None) fill the fields they lack."""
 
 
 def schema_fingerprint(schema: Any) -> bytes:
@@ -265,10 +189,16 @@ def _build_replaced(rec: dict[str, Any]) -> Event:
     return TurnReplaced(**rec)
 
 
+def _build_run(rec: dict[str, Any]) -> Event:
+    check_run_record(rec)
+    return RunBegun(**rec)
+
+
 _BUILDERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
     BatchAppended.AVRO_NAME: _build_batch,
     ConversationCleared.AVRO_NAME: _build_cleared,
     TurnReplaced.AVRO_NAME: _build_replaced,
+    RunBegun.AVRO_NAME: _build_run,
 }
 
 
@@ -298,6 +228,9 @@ CONVERSATION_CLEARED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[Conversat
 TURN_REPLACED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[TurnReplaced.AVRO_NAME]
 """Fingerprint bytes of the current ``TurnReplaced`` schema (frame bytes 2..9)."""
 
+RUN_BEGUN_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[RunBegun.AVRO_NAME]
+"""Fingerprint bytes of the ``RunBegun`` schema (frame bytes 2..9)."""
+
 _WRITERS: dict[bytes, _Writer] = {
     fp: _Writer(fp, name, _CURRENT[name], None, _BUILDERS[name]) for name, fp in _CURRENT_FINGERPRINTS.items()
 }
@@ -306,6 +239,7 @@ _WRITERS: dict[bytes, _Writer] = {
 _PREFIX_BATCH: Final = MAGIC + BATCH_APPENDED_FINGERPRINT
 _PREFIX_CLEARED: Final = MAGIC + CONVERSATION_CLEARED_FINGERPRINT
 _PREFIX_REPLACED: Final = MAGIC + TURN_REPLACED_FINGERPRINT
+_PREFIX_RUN: Final = MAGIC + RUN_BEGUN_FINGERPRINT
 
 
 def _full_name(name: str) -> str:
@@ -366,12 +300,10 @@ def _register_historic() -> dict[str, bytes]:
         schema = json.loads((_SCHEMA_DIR / filename).read_text(encoding="utf-8"))
         fp = prints[filename] = register_writer_schema(schema)
         writer = _WRITERS[fp]
-        if filename in _PLAIN_FILES.values():
-            # The plain writers are the current schema without its last field, ``sealed`` (whose
-            # default, None, the dataclass has): read their bodies as written, without fastavro's
-            # schema resolution, which costs about as much again per record on replay.
-            current = [f for f in _CURRENT[writer.name]["fields"] if f["name"] != "sealed"]
-            assert [(f["name"], f["type"]) for f in writer.schema["fields"]] == [
+        if filename in _PREFIX_FILES:
+            fields = writer.schema["fields"]
+            current = _CURRENT[writer.name]["fields"][:len(fields)]
+            assert [(f["name"], f["type"]) for f in fields] == [
                 (f["name"], f["type"]) for f in current], filename  # Invariant: pinned by the schema files.
             _WRITERS[fp] = _Writer(fp, writer.name, writer.schema, None, writer.build)
     return prints
@@ -387,8 +319,14 @@ batch is written with (``seal=False``, and every release before sealing)."""
 TURN_REPLACED_V1_FINGERPRINT: Final[bytes] = _HISTORIC_PRINTS["turn_replaced.avsc"]
 """Fingerprint bytes of ``TurnReplaced`` version 1 (``schemas/turn_replaced.avsc``): what a plain
 replacement is written with."""
+BATCH_APPENDED_V3_FINGERPRINT: Final[bytes] = _HISTORIC_PRINTS["batch_appended.v3.avsc"]
+"""Fingerprint bytes of ``BatchAppended`` version 3: what a sealed batch without run or fence is written with."""
+TURN_REPLACED_V2_FINGERPRINT: Final[bytes] = _HISTORIC_PRINTS["turn_replaced.v2.avsc"]
+"""Fingerprint bytes of ``TurnReplaced`` version 2: what a sealed replacement without run or fence is written with."""
 _PREFIX_PLAIN_BATCH: Final = MAGIC + BATCH_APPENDED_V2_FINGERPRINT
 _PREFIX_PLAIN_REPLACED: Final = MAGIC + TURN_REPLACED_V1_FINGERPRINT
+_PREFIX_SEALED_BATCH: Final = MAGIC + BATCH_APPENDED_V3_FINGERPRINT
+_PREFIX_SEALED_REPLACED: Final = MAGIC + TURN_REPLACED_V2_FINGERPRINT
 
 
 def _layout(schema: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -398,6 +336,8 @@ def _layout(schema: dict[str, Any]) -> list[tuple[str, Any]]:
             return t["size"]
         if isinstance(t, list) and isinstance(t[-1], dict):  # ["null", SealedContent]
             return ["null", _layout(t[-1])]
+        if isinstance(t, list) and t == ["null", {"type": "long"}]:  # parse_schema's spelling of ["null","long"]
+            return ["null", "long"]
         return t
     return [(f["name"], kind(f["type"])) for f in schema["fields"]]
 
@@ -405,10 +345,13 @@ def _layout(schema: dict[str, Any]) -> list[tuple[str, Any]]:
 # Invariant: the hand-written bodies (schemas.event_body) follow these schemas' fields exactly.
 _SEALED_LAYOUT: Final = ("sealed", ["null", list(SEALED_FIELDS)])
 assert _layout(_WRITERS[BATCH_APPENDED_V2_FINGERPRINT].schema) == list(BATCH_FIELDS)
-assert _layout(_CURRENT[BatchAppended.AVRO_NAME]) == [*BATCH_FIELDS, _SEALED_LAYOUT]
+assert _layout(_WRITERS[BATCH_APPENDED_V3_FINGERPRINT].schema) == [*BATCH_FIELDS, _SEALED_LAYOUT]
+assert _layout(_CURRENT[BatchAppended.AVRO_NAME]) == [*BATCH_FIELDS, _SEALED_LAYOUT, *TAIL_FIELDS]
 assert _layout(_WRITERS[TURN_REPLACED_V1_FINGERPRINT].schema) == list(REPLACED_FIELDS)
-assert _layout(_CURRENT[TurnReplaced.AVRO_NAME]) == [*REPLACED_FIELDS, _SEALED_LAYOUT]
+assert _layout(_WRITERS[TURN_REPLACED_V2_FINGERPRINT].schema) == [*REPLACED_FIELDS, _SEALED_LAYOUT]
+assert _layout(_CURRENT[TurnReplaced.AVRO_NAME]) == [*REPLACED_FIELDS, _SEALED_LAYOUT, *TAIL_FIELDS]
 assert _layout(_CURRENT[ConversationCleared.AVRO_NAME]) == list(CLEARED_FIELDS)
+assert _layout(_CURRENT[RunBegun.AVRO_NAME]) == list(RUN_FIELDS)
 
 # --------------------------------------------------------------------------- codec
 
@@ -426,9 +369,10 @@ def _check_int(value: object, field: str, lo: int, hi: int) -> None:
 
 
 def encode_event(event: Event) -> bytes:
-    """Frame one event: a sealed batch or replacement with the current schema of its type
-    (``BatchAppended`` v3, ``TurnReplaced`` v2), a plain one (``sealed`` None) with the plain
-    version (v2, v1: the bytes every release before sealing wrote), a clear with its schema.
+    """Frame one event. A batch or replacement without a run or fence is written with the
+    version every earlier release wrote: plain (``sealed`` None) with v2 / v1, sealed with v3 /
+    v2; one with a run or a fence with the current schema (``BatchAppended`` v4, ``TurnReplaced``
+    v3). A clear and a run's begin with their schemas.
 
     Raises ``TypeError`` / ``ValueError`` for a field of the wrong type, an integer outside its
     Avro range (``message_count`` is an ``int``, the others ``long``) or a string that is not
@@ -462,22 +406,34 @@ def encode_event(event: Event) -> bytes:
             if len(sealed.nonce) != 12 or len(sealed.mac) != 32:
                 raise ValueError("sealed.nonce is 12 bytes and sealed.mac 32 (Avro fixed)")
             parts = (sealed.key_id, sealed.nonce, sealed.ciphertext, sealed.mac)
+        tail: tuple[int | None, str | None] | None = None
+        if event.fence is not None or event.run_id is not None:
+            if event.fence is not None:
+                _check_int(event.fence, "fence", LONG_MIN, LONG_MAX)
+            if event.run_id is not None:
+                _check_str(event.run_id, "run_id")
+            tail = (event.fence, event.run_id)
         if isinstance(event, BatchAppended):
             if event.expected_last is not None:
                 _check_str(event.expected_last, "expected_last")
-            return (_PREFIX_PLAIN_BATCH if sealed is None else _PREFIX_BATCH) + batch_body(
+            prefix = _PREFIX_BATCH if tail else _PREFIX_PLAIN_BATCH if sealed is None else _PREFIX_SEALED_BATCH
+            return prefix + batch_body(
                 event.conversation_id, event.append_id, event.digest, event.messages, event.message_count,
-                event.content_bytes, event.created_at_ms, event.expected_last, parts)
+                event.content_bytes, event.created_at_ms, event.expected_last, parts, tail)
         _check_str(event.old_turn_id, "old_turn_id")
         _check_str(event.reason, "reason")
-        return (_PREFIX_PLAIN_REPLACED if sealed is None else _PREFIX_REPLACED) + replaced_body(
+        prefix = _PREFIX_REPLACED if tail else _PREFIX_PLAIN_REPLACED if sealed is None else _PREFIX_SEALED_REPLACED
+        return prefix + replaced_body(
             event.conversation_id, event.append_id, event.digest, event.messages, event.message_count,
-            event.content_bytes, event.created_at_ms, event.old_turn_id, event.reason, parts)
-    if cls is ConversationCleared:
-        assert isinstance(event, ConversationCleared)  # Invariant: narrowed by the exact type check above.
+            event.content_bytes, event.created_at_ms, event.old_turn_id, event.reason, parts, tail)
+    if cls is ConversationCleared or cls is RunBegun:
+        assert isinstance(event, ConversationCleared | RunBegun)  # Invariant: narrowed by the exact type check above.
         _check_str(event.conversation_id, "conversation_id")
         _check_int(event.created_at_ms, "created_at_ms", LONG_MIN, LONG_MAX)
         check_time_ms(event.created_at_ms)
+        if isinstance(event, RunBegun):
+            _check_str(event.run_id, "run_id")
+            return _PREFIX_RUN + run_body(event.conversation_id, event.run_id, event.created_at_ms)
         return _PREFIX_CLEARED + cleared_body(event.conversation_id, event.created_at_ms)
     raise TypeError(f"not a histlog event: {cls.__name__}")
 

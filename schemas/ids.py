@@ -21,9 +21,9 @@ from typing import Any, ClassVar, Final
 from pydantic import GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-from schemas.errors import HistoryError, InvalidAppendID, InvalidConversationID, NotFound
+from schemas.errors import HistoryError, InvalidAppendID, InvalidConversationID, InvalidRequest, NotFound
 
-__all__ = ["MAX_ID_BYTES", "MAX_MESSAGE_INDEX", "AppendID", "ConversationID", "MessageID"]
+__all__ = ["MAX_ID_BYTES", "MAX_MESSAGE_INDEX", "AppendID", "ConversationID", "MessageID", "RunID"]
 
 MAX_ID_BYTES = 1024
 
@@ -90,6 +90,15 @@ class AppendID(_ID):
 
     _kind = "append id"
     _error = InvalidAppendID
+    __slots__ = ()
+
+
+class RunID(_ID):
+    """Names one run of an agent within a conversation (``begin_run``): the same rules as the
+    other ids. Raises ``InvalidRequest``."""
+
+    _kind = "run id"
+    _error = InvalidRequest
     __slots__ = ()
 
 

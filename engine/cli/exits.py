@@ -5,7 +5,7 @@
 1     anything else (a damaged log, an unexpected error): one line saying what to do
 2     bad input: one clear line on stderr (``histlog: error: ...``), never a traceback
 3     conflict or closed (``AppendConflict``, ``ConversationClosed``, ``PreconditionFailed``,
-      ``TurnNotReplaceable``)
+      ``TurnNotReplaceable``, ``Fenced``)
 4     backend unavailable (``LogUnavailable``, ``CommitUnconfirmed``, ``StateUnavailable``: a
       data or state dir another process holds, a state that failed)
 141   stdout was closed by its reader (``histlog read c | head -1``): nothing more is printed
@@ -27,12 +27,14 @@ from schemas.errors import (
     CorruptLog,
     HistoryError,
     InvalidAppendID,
+    Fenced,
     InvalidBatch,
     InvalidConfiguration,
     InvalidConversationID,
     InvalidMessage,
     InvalidProjection,
     InvalidReceipt,
+    InvalidRequest,
     InvalidWindow,
     LogUnavailable,
     NotFound,
@@ -58,6 +60,7 @@ class UsageError(Exception):
 _BAD_INPUT: tuple[type[BaseException], ...] = (
     UsageError, InvalidConversationID, InvalidAppendID, InvalidMessage, InvalidBatch,
     InvalidReceipt, InvalidWindow, InvalidConfiguration, InvalidProjection, WindowTooSmall, NotFound,
+    InvalidRequest,
 )
 
 
@@ -65,7 +68,7 @@ def exit_code(exc: BaseException) -> int:
     """The exit code for an error (see the module docstring)."""
     if isinstance(exc, _BAD_INPUT):
         return BAD_INPUT
-    if isinstance(exc, AppendConflict | ConversationClosed | PreconditionFailed | TurnNotReplaceable):
+    if isinstance(exc, AppendConflict | ConversationClosed | PreconditionFailed | TurnNotReplaceable | Fenced):
         return CONFLICT
     if isinstance(exc, LogUnavailable | CommitUnconfirmed | StateUnavailable):
         return UNAVAILABLE

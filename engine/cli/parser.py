@@ -17,7 +17,7 @@ from engine.cli.ops import cmd_rebuild, cmd_stats, cmd_tail
 from engine.cli.reads import cmd_list, cmd_locate, cmd_read, cmd_turns
 from engine.cli.target import DEFAULT_DATA, DEFAULT_TOPIC, Target
 from engine.cli.tools import cmd_bench, cmd_demo, cmd_log_verify, cmd_replay
-from engine.cli.writes import cmd_append, cmd_clear, cmd_clear_prefix, cmd_replace_turn
+from engine.cli.writes import cmd_append, cmd_clear, cmd_clear_prefix, cmd_replace_turn, cmd_run_begin, cmd_run_show
 
 SERVER_MISSING: str | None = None
 """Why ``histlog serve`` cannot run here (histlog[server] is not installed), or None. Every other
@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     what.add_argument("--file", metavar="BATCH.json", help='a JSON list of messages, or {"messages": [...]}')
     p.add_argument("--role", metavar="ROLE",
                    help="role of the --text message: user (default), assistant, system")
+    p.add_argument("--run", metavar="RUN", help="the run that writes the batch (traceability: `histlog run show`)")
+    p.add_argument("--fence", metavar="EPOCH", type=_integer,
+                   help="with --run: the run's epoch from `histlog run begin`; refused (exit 3) once a later "
+                        "run of the conversation began")
 
     p = command("read", cmd_read, "print a conversation, or a window of it",
                 "Print a conversation: one line per message, [TURN:SEQ] role: text. "
@@ -195,6 +199,23 @@ def build_parser() -> argparse.ArgumentParser:
                 "failure, run it again to clear the rest. An empty PREFIX is refused (exit 2).")
     p.add_argument("prefix", metavar="PREFIX")
     p.add_argument("--json", action="store_true", help='print {"cleared": N}')
+
+    p = command("run", None, "runs and their fences (run begin, run show)")
+    run_sub = p.add_subparsers(dest="run_command", metavar="RUN_COMMAND", parser_class=_Parser, required=True)
+    p = command("begin", cmd_run_begin, "the run now owns the conversation's writes: print its fence",
+                "Record that RUN now owns CONVERSATION's writes and print its fence: the epoch that "
+                "`histlog append --run RUN --fence EPOCH` writes under. A later run's begin fences it "
+                "(its writes exit 3). The same run again prints its own epoch.", into=run_sub)
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--json", action="store_true", help='print {"conversation_id", "run_id", "epoch"}')
+    p = command("show", cmd_run_show, "whether a run wrote history, and its applied request",
+                "Print whether RUN wrote any message of CONVERSATION (hidden ones too) and, with "
+                "--root-turn, in that turn, with the run's applied request (else the root turn's).", into=run_sub)
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("run", metavar="RUN")
+    p.add_argument("--root-turn", metavar="TURN_ID", help="a turn id (see `histlog turns`)")
+    p.add_argument("--json", action="store_true", help='print {"wrote_history", "request_message_id"}')
 
     p = command("stats", cmd_stats, "log offsets, lag and admission counts")
     p.add_argument("--json", action="store_true", help="one JSON object")

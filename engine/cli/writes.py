@@ -1,4 +1,4 @@
-"""The commands that write: ``append``, ``replace-turn``, ``clear``, ``clear-prefix``. Each builds its input from
+"""The commands that write: ``append``, ``replace-turn``, ``clear``, ``clear-prefix``, ``run begin``. Each builds its input from
 the arguments (a ``Batch`` validates before any I/O), makes one engine call and prints the
 receipt as the schemas serialise it."""
 
@@ -14,11 +14,12 @@ from engine.cli.exits import OK, UsageError
 from engine.cli.target import Target
 from engine.render import print_lines
 from schemas.batch import Batch
-from schemas.errors import InvalidBatch
+from schemas.errors import InvalidBatch, NotFound
 from schemas.ids import ConversationID
 from schemas.messages import Message, Role, TextPart
+from schemas.runs import Fence
 
-__all__ = ["cmd_append", "cmd_clear", "cmd_clear_prefix", "cmd_replace_turn"]
+__all__ = ["cmd_append", "cmd_clear", "cmd_clear_prefix", "cmd_replace_turn", "cmd_run_begin", "cmd_run_show"]
 
 
 def _batch_file(conversation: str, append_id: str, path: str) -> Batch:
@@ -45,10 +46,22 @@ def cmd_append(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
         if role == "tool":
             raise UsageError("--role tool needs a tool result; use --file with a tool_result part")
         batch = Batch(ns.conversation, ns.append_id, [Message(role, [TextPart(ns.text)])])
+    fence = _fence(ns, batch)
+    if ns.run is not None:
+        batch = Batch(batch.conversation_id, batch.append_id, batch.messages, run_id=ns.run)
     with target.open() as engine:
-        receipt = engine.append(batch)
+        receipt = engine.append(batch, fence=fence)
     print_lines(out, receipt.to_json().decode())
     return OK
+
+
+def _fence(ns: argparse.Namespace, batch: Batch) -> Fence | None:
+    """``--fence EPOCH --run RUN`` as the write's fence (``histlog run begin`` prints both)."""
+    if ns.fence is None:
+        return None
+    if ns.run is None:
+        raise UsageError("--fence needs --run: the run that `histlog run begin` gave that epoch")
+    return Fence(batch.conversation_id, ns.run, ns.fence)
 
 
 def cmd_replace_turn(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
@@ -84,4 +97,31 @@ def cmd_clear_prefix(ns: argparse.Namespace, target: Target, out: TextIO) -> int
     else:
         print_lines(out, f"cleared {cleared} conversation{'' if cleared == 1 else 's'} whose id starts with "
                          f"{prefix!r} (closed forever: later appends to them are refused)")
+    return OK
+
+
+def cmd_run_begin(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    with target.open() as engine:
+        fence = engine.begin_run(ns.conversation, ns.run)
+    tree = {"conversation_id": str(fence.conversation_id), "run_id": str(fence.run_id), "epoch": fence.epoch}
+    print_lines(out, json.dumps(tree) if ns.json else
+                f"run {fence.run_id} owns {fence.conversation_id} from epoch {fence.epoch}: write with "
+                f"--run {fence.run_id} --fence {fence.epoch}")
+    return OK
+
+
+def cmd_run_show(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    with target.open() as engine:
+        wrote = engine.run_wrote_history(ns.conversation, ns.run, ns.root_turn)
+        request: str | None = None
+        if ns.root_turn is not None:
+            try:
+                request = engine.run_request_message(ns.conversation, ns.run, ns.root_turn)
+            except NotFound:
+                request = None
+    if ns.json:
+        print_lines(out, json.dumps({"wrote_history": wrote, "request_message_id": request}))
+    else:
+        print_lines(out, f"wrote history: {'yes' if wrote else 'no'}"
+                         + (f"\nrequest: {request or 'none'}" if ns.root_turn is not None else ""))
     return OK

@@ -53,7 +53,9 @@ from engine.service.wire import (
     time_text,
     turn_of,
 )
+from engine.runs import check_root_turn
 from engine.service.wire_bulk import cleared_of
+from engine.service.wire_runs import fence_of, run_of
 from projections.navigation import Order
 from projections.reads import Unit
 from schemas.batch import (
@@ -67,16 +69,17 @@ from schemas.batch import (
     StoredWindow,
     TurnSource,
 )
-from schemas.errors import InvalidBatch, InvalidRequest, InvalidWindow, LogUnavailable
+from schemas.errors import InvalidBatch, InvalidRequest, InvalidWindow, LogUnavailable, NotFound
 from schemas.event_rules import REPLACE_REASONS
-from schemas.ids import ConversationID, MessageID
+from schemas.ids import ConversationID, MessageID, RunID
+from schemas.runs import Fence, check_fence
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
 
-__all__ = ["Plan", "append", "clear", "clear_prefix", "conversations", "entries", "entries_by_ids",
+__all__ = ["Plan", "append", "begin_run", "clear", "clear_prefix", "conversations", "entries", "entries_by_ids",
            "latest_interrupted_checkpoint", "latest_turn", "locate", "measure", "poison", "position_of", "read",
-           "read_within_bytes", "replace_turn", "stats", "turn", "turn_sources", "turn_sources_by_ids", "turns",
-           "window", "window_entries"]
+           "read_within_bytes", "replace_turn", "run_request_message", "run_wrote_history", "stats", "turn",
+           "turn_sources", "turn_sources_by_ids", "turns", "window", "window_entries"]
 
 T = TypeVar("T")
 Plan = Generator[Request, Any, T]
@@ -131,7 +134,15 @@ def _params(**given: object) -> dict[str, str]:
 
 
 # ----- writes
-def _put(batch: Batch, extra: dict[str, Any], timeout: float | None) -> Plan[Receipt]:
+def _put(batch: Batch, extra: dict[str, Any], timeout: float | None, fence: Fence | None = None) -> Plan[Receipt]:
+    """The append's ``PUT``; with ``fence``, its epoch as ``"fence"``, and the batch's run (else the
+    fence's) as ``"run_id"``, as the engine records it."""
+    fence = check_fence(fence, batch.conversation_id)
+    if fence is not None:
+        extra = {**extra, "fence": fence.epoch}
+    run = batch.run_id if batch.run_id is not None or fence is None else fence.run_id
+    if run is not None:
+        extra = {**extra, "run_id": str(run)}
     body = orjson.dumps({"messages": orjson.Fragment(batch.canonical_json()), **extra})
     path = f"{_conv(batch.conversation_id)}/appends/{_seg(batch.append_id)}"
     tree = yield Request("PUT", path, body=body, write=True, timeout=timeout,
@@ -141,8 +152,8 @@ def _put(batch: Batch, extra: dict[str, Any], timeout: float | None) -> Plan[Rec
     return receipt
 
 
-def append(batch: Batch, timeout: float | None = None, *, expected_last: Receipt | Empty | None = None
-           ) -> Plan[Receipt]:
+def append(batch: Batch, timeout: float | None = None, *, expected_last: Receipt | Empty | None = None,
+           fence: Fence | None = None) -> Plan[Receipt]:
     """``HistoryEngine.append``: ``PUT .../appends/{a}``; a resend returns the original receipt."""
     _timeout(timeout)
     _batch(batch)
@@ -153,10 +164,11 @@ def append(batch: Batch, timeout: float | None = None, *, expected_last: Receipt
     elif expected is not None:
         assert isinstance(expected_last, Receipt)  # Invariant: expected_of accepted it as a Receipt.
         extra["expected_last"] = expected_last.to_dict()
-    return _put(batch, extra, timeout)
+    return _put(batch, extra, timeout, fence)
 
 
-def replace_turn(batch: Batch, old_turn_id: str, reason: str, timeout: float | None = None) -> Plan[Receipt]:
+def replace_turn(batch: Batch, old_turn_id: str, reason: str, timeout: float | None = None, *,
+                 fence: Fence | None = None) -> Plan[Receipt]:
     """``HistoryEngine.replace_turn``: the same ``PUT`` with ``"replaces"``; the server checks the
     reason, the turn id and the turn's first message with the facade's rules."""
     _timeout(timeout)
@@ -165,7 +177,37 @@ def replace_turn(batch: Batch, old_turn_id: str, reason: str, timeout: float | N
         raise InvalidBatch(f"invalid old_turn_id {old_turn_id!r}: expected a turn id (HistoryTurn.id)")
     if reason not in REPLACE_REASONS:  # the event's own rule; the wire's enum would say InvalidRequest
         raise InvalidBatch(f"invalid replace_turn reason {reason!r}: expected 'edit' or 'retry'")
-    return _put(batch, {"replaces": {"turn_id": old_turn_id, "reason": reason}}, timeout)
+    return _put(batch, {"replaces": {"turn_id": old_turn_id, "reason": reason}}, timeout, fence)
+
+
+def begin_run(conversation_id: str, run_id: str, timeout: float | None = None) -> Plan[Fence]:
+    """``HistoryEngine.begin_run``: ``POST .../runs/{r}`` (a resend keeps the run's epoch)."""
+    _timeout(timeout)
+    path = f"{_conv(conversation_id)}/runs/{_seg(RunID(run_id))}"
+    tree = yield Request("POST", path, write=True, timeout=timeout, conversation=str(conversation_id))
+    return fence_of(tree)
+
+
+def _run(conversation_id: str, run_id: str, root_turn: str | None) -> Plan[Any]:
+    path = f"{_conv(conversation_id)}/runs/{_seg(RunID(run_id))}"
+    return run_of((yield Request("GET", path, _params(root_turn=root_turn), conversation=str(conversation_id))))
+
+
+def run_wrote_history(conversation_id: str, run_id: str, root_turn: str | None = None) -> Plan[bool]:
+    """``HistoryEngine.run_wrote_history``: ``GET .../runs/{r}``."""
+    answer = yield from _run(conversation_id, run_id, check_root_turn(root_turn, required=False))
+    return bool(answer.wrote_history)
+
+
+def run_request_message(conversation_id: str, run_id: str, root_turn: str) -> Plan[str]:
+    """``HistoryEngine.run_request_message``: ``GET .../runs/{r}?root_turn=``; ``NotFound`` when the
+    server answers null."""
+    turn = check_root_turn(root_turn, required=True)
+    answer = yield from _run(conversation_id, run_id, turn)
+    if answer.request_message_id is None:
+        raise NotFound(f"run {run_id!r} of {conversation_id!r} applied no request that is still visible, and turn "
+                       f"{turn!r} is no visible user message: read turns() for the conversation's turns")
+    return str(answer.request_message_id)
 
 
 def clear(conversation_id: str, timeout: float | None = None) -> Plan[None]:

@@ -77,6 +77,7 @@ _IDLE_S = 60.0
 UNMATCHED = "unmatched"
 APPEND_ROUTE = ("PUT", "/v1/conversations/{c}/appends/{a}")
 _OUTCOMES = {"AppendConflict": "conflict", "TurnNotReplaceable": "not_replaceable", "ConversationClosed": "closed",
+             "Fenced": "fenced",
              "PreconditionFailed": "precondition_failed", "CommitUnconfirmed": "unconfirmed"}
 _LAG_SAMPLES = 1024
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -215,7 +216,7 @@ class EngineCollector(Collector):
         for outcome, count in (("accepted", s.accepted), ("duplicate", s.duplicates), ("conflict", s.conflicts),
                                ("closed", s.rejected_closed), ("precondition_failed", s.precondition_failed),
                                ("not_replaceable", s.not_replaceable), ("cleared", s.cleared),
-                               ("erased", s.erased)):
+                               ("erased", s.erased), ("fenced", s.fenced)):
             outcomes.add_metric([outcome], count)
         yield outcomes
         poison = CounterMetricFamily("histlog_poison_records", "Poison records skipped (quarantined)")

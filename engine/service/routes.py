@@ -21,12 +21,15 @@ from starlette.responses import Response
 
 from engine.arguments import EMPTY, check_clear_prefix
 from engine.cluster.ownership import OwnershipMap
-from engine.service import wire, wire_bulk
+from engine.runs import check_root_turn
+from engine.service import wire, wire_bulk, wire_runs
 from engine.service.auth import read_body
 from engine.service.forward import Forwarder, is_forwarded
 from engine.service.routing import Param, Router, segment
 from schemas.batch import Batch, Receipt
-from schemas.errors import LogUnavailable, NotReady
+from schemas.errors import LogUnavailable, NotFound, NotReady
+from schemas.ids import RunID
+from schemas.runs import Fence
 from schemas.positions import HistoryPosition
 
 __all__ = ["DEFAULT_MAX_WAITERS", "OPS", "Context", "Op", "Waiters", "json_response", "merge_pages"]
@@ -114,16 +117,40 @@ async def _at_least(ctx: Context, c: str, query: dict[str, Any]) -> None:
 async def put_append(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c, a = segment(request, "c"), segment(request, "a")
     parsed = wire.append_body_of(await read_body(request, ctx.max_body))
-    batch = Batch(c, a, parsed.messages)
+    batch = Batch(c, a, parsed.messages, run_id=parsed.run_id)
     engine = ctx.router.engine(c)
+    fence: Fence | None = None
+    if parsed.fence is not None:  # its epoch: the run of that epoch, as this owner applied it
+        fence = await asyncio.to_thread(engine.engine.fence_of_epoch, c, parsed.fence)
     receipt: Receipt
     if parsed.replaces is not None:
-        receipt = await engine.replace_turn(batch, parsed.replaces.turn_id, parsed.replaces.reason)
+        receipt = await engine.replace_turn(batch, parsed.replaces.turn_id, parsed.replaces.reason, fence=fence)
     else:
         expected = parsed.expected_last
         receipt = await engine.append(batch, expected_last=(
-            None if expected is None else EMPTY if expected == "empty" else wire.receipt_of(expected.model_dump())))
+            None if expected is None else EMPTY if expected == "empty" else wire.receipt_of(expected.model_dump())),
+            fence=fence)
     return Response(wire.receipt_json(receipt), media_type="application/json")
+
+
+async def post_run(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c, run = segment(request, "c"), RunID(segment(request, "r"))
+    return json_response(wire_runs.fence_json(await ctx.router.engine(c).begin_run(c, run)))
+
+
+async def get_run(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c, run = segment(request, "c"), RunID(segment(request, "r"))
+    root = check_root_turn(query.get("root_turn"), required=False)
+    await _at_least(ctx, c, query)
+    engine = ctx.router.engine(c)
+    wrote = await engine.run_wrote_history(c, run, root)
+    request_id: str | None = None
+    if root is not None:
+        try:
+            request_id = await engine.run_request_message(c, run, root)
+        except NotFound:
+            request_id = None
+    return json_response({"wrote_history": wrote, "request_message_id": request_id})
 
 
 async def delete_conversation(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
@@ -319,6 +346,14 @@ OPS: tuple[Op, ...] = (
        "Append one batch atomically and idempotently (or replace the latest turn); identical retries "
        "return the same receipt", put_append, (200, wire.ReceiptModel), body=wire.AppendBody,
        errors=(400, 401, 409, 410, 412, 413, 503, 504)),
+    Op("POST", _C + "/runs/{r}", "begin_run", "The run now owns the conversation's writes: its fence (the epoch "
+       "writes give as \"fence\"; the same run again keeps its epoch)", post_run, (200, wire_runs.FenceOut),
+       errors=(400, 401, 410, 503, 504)),
+    Op("GET", _C + "/runs/{r}", "run", "What a run wrote: any message, hidden ones too (run_wrote_history), and "
+       "with root_turn its applied request (run_request_message, null when none)", get_run,
+       (200, wire_runs.RunOut), query=(
+           Param("root_turn", "str", "a turn id (HistoryTurn.id): only messages in that turn count, and the "
+                 "request falls back to it"), _AT_LEAST)),
     Op("DELETE", _C, "clear", "Close a conversation forever (idempotent)", delete_conversation, (204, None),
        errors=(400, 401, 503, 504)),
     Op("POST", "/v1/conversations:clear", "clear_prefix", "Clear every open conversation whose id starts with "

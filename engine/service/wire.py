@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from engine.cluster.ownership import OwnershipMap
 from engine.facade import EngineStats
@@ -115,11 +115,14 @@ class Replaces(BaseModel):
 
 class AppendBody(BaseModel):
     """The body of ``PUT .../appends/{a}``: the batch's messages, plus at most one of
-    ``expected_last`` (a Receipt, or ``"empty"``) and ``replaces``."""
+    ``expected_last`` (a Receipt, or ``"empty"``) and ``replaces``; ``fence``: the epoch of the
+    writer's run (``begin_run``), ``run_id``: the run that writes the batch (traceability)."""
     model_config = _STRICT
     messages: list[Message]
     expected_last: ReceiptModel | Literal["empty"] | None = None
     replaces: Replaces | None = None
+    fence: Annotated[StrictInt, Field(ge=1)] | None = None
+    run_id: str | None = None
 
 
 class StoredMessageModel(BaseModel):
@@ -232,6 +235,7 @@ class StatsOut(BaseModel):
     applied_since_open: list[int] = []
     cleared: int = 0
     erased: int = 0
+    fenced: int = 0
     poison: list[PoisonOut]
 
 

@@ -53,6 +53,7 @@ from schemas import (
 from tests.conformance.by_ids_contract import ByIdsContract, check_by_ids
 from tests.conformance.facade_contract import Backend
 from tests.conformance.navigation_contract import NavigationContract, check_navigation, nav_queries
+from tests.conformance.runs_contract import RunsContract
 from tests.conformance.turns_model import content_json, is_interrupted, reference_window, starts_turn
 
 START = HistoryPosition.START
@@ -316,7 +317,7 @@ def seqs(load: HistoryLoad[StoredMessage]) -> tuple[list[int], bool]:
     return [e.position.seq for e in load.messages], load.truncated
 
 
-class ReadsContract(NavigationContract, ByIdsContract):
+class ReadsContract(NavigationContract, ByIdsContract, RunsContract):
     """Read projections (docs/design.md §5.2: ``read_within_bytes``, ``turn_sources``, ``measure``,
     ``window``, ``entries``) equal the reference model on every backend."""
 

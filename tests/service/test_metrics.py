@@ -57,7 +57,7 @@ def test_a_scrape_after_traffic_has_every_series_and_no_conversation_id(url: str
                if name == "histlog_admission_decisions_total"}
     assert decided["accepted"] == 1 and set(decided) == {"accepted", "duplicate", "conflict", "closed",
                                                          "precondition_failed", "not_replaceable", "cleared",
-                                                         "erased"}
+                                                         "erased", "fenced"}
     names = {name for name, _, _ in samples}
     for wanted in ("histlog_http_request_duration_seconds_bucket", "histlog_http_requests_total",
                    "histlog_http_requests_in_flight", "histlog_projector_lag_records", "histlog_projector_lag_seconds",

@@ -33,6 +33,7 @@ from schemas.events import (
     BatchAppended,
     ConversationCleared,
     Event,
+    RunBegun,
     TurnReplaced,
     current_schema,
     decode_event,
@@ -50,9 +51,14 @@ GOLDEN = ROOT / "tests" / "data" / "events"
 DOCS = ROOT / "docs" / "events.md"
 
 # Pinned: the fingerprints of the current schemas, as the frame carries them.
-PINNED = {  # the current (sealed) schemas
-    "BatchAppended": "468102e300405467",
+PINNED = {  # the current schemas: what a write with a run or a fence is written with
+    "BatchAppended": "6136f4c550cf0dc3",
     "ConversationCleared": "c27975b3260a301e",
+    "RunBegun": "19182be92f12e141",
+    "TurnReplaced": "c26c752981b35508",
+}
+PINNED_SEALED = {  # what sealed records without a run or fence are written with (every release since sealing)
+    "BatchAppended": "468102e300405467",
     "TurnReplaced": "bc5f948096c4fb8e",
 }
 PINNED_PLAIN = {  # what plain records are written with: the schemas of every release before sealing
@@ -76,8 +82,11 @@ batch_events = st.builds(
     content_bytes=INT64,
     created_at_ms=TIMES,
     expected_last=st.none() | st.text(),
+    fence=st.none() | INT64,
+    run_id=st.none() | st.text(),
 )
 clear_events = st.builds(ConversationCleared, conversation_id=st.text(), created_at_ms=TIMES)
+run_events = st.builds(RunBegun, conversation_id=st.text(), run_id=st.text(), created_at_ms=TIMES)
 replaced_events = st.builds(
     TurnReplaced,
     conversation_id=st.text(),
@@ -89,8 +98,10 @@ replaced_events = st.builds(
     created_at_ms=TIMES,
     old_turn_id=st.text(),
     reason=st.text(),
+    fence=st.none() | INT64,
+    run_id=st.none() | st.text(),
 )
-events = st.one_of(batch_events, clear_events, replaced_events)
+events = st.one_of(batch_events, clear_events, replaced_events, run_events)
 
 
 def _is_id(text: str) -> bool:
@@ -114,8 +125,11 @@ valid_batch_events = st.builds(
     content_bytes=st.integers(0, 2**63 - 1),
     created_at_ms=TIMES,
     expected_last=st.none() | st.just("") | IDS,
+    fence=st.none() | st.integers(1, 2**63 - 1),
+    run_id=st.none() | IDS,
 )
 valid_clear_events = st.builds(ConversationCleared, conversation_id=IDS, created_at_ms=TIMES)
+valid_run_events = st.builds(RunBegun, conversation_id=IDS, run_id=IDS, created_at_ms=TIMES)
 valid_replaced_events = st.builds(
     TurnReplaced,
     conversation_id=IDS,
@@ -127,6 +141,8 @@ valid_replaced_events = st.builds(
     created_at_ms=TIMES,
     old_turn_id=st.builds(lambda a, i: f"{a}/{i}", IDS, st.integers(0, 2**31 - 2)),
     reason=st.sampled_from(["edit", "retry"]),
+    fence=st.none() | st.integers(1, 2**63 - 1),
+    run_id=st.none() | IDS,
 )
 
 
@@ -202,13 +218,31 @@ def test_turn_replaced_round_trips(event: TurnReplaced) -> None:
     assert decode_event(encode_event(event)) == event
 
 
+@given(valid_run_events)
+def test_run_begun_round_trips(event: RunBegun) -> None:
+    assert decode_event(encode_event(event)) == event
+
+
+def test_a_fence_or_run_below_its_rule_is_poison() -> None:
+    good = sample_batch()
+    for fence, run_id, field in ((0, None, "fence"), (-3, None, "fence"), (None, "", "run_id"),
+                                 (None, " r", "run_id")):
+        bad = dataclasses.replace(good, fence=fence, run_id=run_id)
+        with pytest.raises(CorruptLog, match=f"invalid {field}"):
+            decode_event(encode_event(bad))
+    with pytest.raises(CorruptLog, match="invalid run_id"):
+        decode_event(encode_event(RunBegun("c", "", 1)))
+
+
 @given(events)
 def test_encoding_is_framed_with_the_current_fingerprint(event: Event) -> None:
     data = encode_event(event)
     assert data[:2] == MAGIC
-    plain = getattr(event, "sealed", True) is None  # a batch or replacement without sealed content
     name = type(event).__name__
-    expected = bytes.fromhex(PINNED_PLAIN[name]) if plain else fingerprint_of(type(event))
+    if not isinstance(event, BatchAppended | TurnReplaced) or event.fence is not None or event.run_id is not None:
+        expected = fingerprint_of(type(event))  # a clear, a run, a write with a run or fence: the current schema
+    else:
+        expected = bytes.fromhex((PINNED_PLAIN if event.sealed is None else PINNED_SEALED)[name])
     assert data[2:HEADER_SIZE] == expected
 
 
@@ -302,7 +336,7 @@ def test_sealed_golden_opens_to_its_content(name: str) -> None:
     decoded = decode_event(golden)
     assert isinstance(decoded, (BatchAppended, TurnReplaced)) and decoded.sealed is not None
     assert decoded.digest == "" and decoded.messages == b"" and decoded.sealed.key_id == key.key_id
-    assert golden[2:HEADER_SIZE].hex() == PINNED[type(decoded).__name__]
+    assert golden[2:HEADER_SIZE].hex() == PINNED_SEALED[type(decoded).__name__]
     opened = open_event(decoded, key)
     plain, _ = load_golden(SEALED_GOLDENS[name])
     assert opened.messages == content and opened == plain
@@ -430,7 +464,7 @@ def test_docs_show_the_golden_hex_dumps_and_fingerprints() -> None:
     blocks = {parse_hex_dump(b) for b in re.findall(r"```hexdump\n(.*?)```", text, flags=re.S)}
     for name in WRITTEN_GOLDENS:
         assert load_golden(name)[1] in blocks, f"docs/events.md lacks the {name} worked example"
-    for hexprint in [*PINNED.values(), *PINNED_PLAIN.values(), PINNED_V1_BATCH]:
+    for hexprint in [*PINNED.values(), *PINNED_SEALED.values(), *PINNED_PLAIN.values(), PINNED_V1_BATCH]:
         assert hexprint in text
 
 

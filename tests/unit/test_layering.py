@@ -164,7 +164,7 @@ def runtime_graph(imports: Iterable[Import]) -> dict[str, set[str]]:
 def test_the_parser_finds_module_function_and_type_checking_imports() -> None:
     facade = {(i.target, i.type_checking) for i in imports_of("engine.facade")}
     assert ("projections.runtime", False) in facade  # module level
-    assert ("schemas.batch", True) in {(i.target, i.type_checking) for i in imports_of("schemas.events")}
+    assert ("schemas.batch", True) in {(i.target, i.type_checking) for i in imports_of("schemas.event_types")}
     state = {i.target for i in imports_of("engine.state")}
     assert "engine.log.kafka" in state  # imported inside open_kafka_parts
     probe = ("from __future__ import annotations\nfrom typing import TYPE_CHECKING\n"

@@ -67,6 +67,8 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
     "Wrapping a chat model": ["I see 2 messages.", "I see 4 messages.", "4"],
     "Edit, retry, and one writer at a time": ["someone else wrote since; read again", "['Hi', 'Hey there!']", "4"],
     "Writing a custom projection": ["b'1'", "b'1'"],
+    "Runs and fences: a run that lost the conversation never writes over its successor": [
+        "run-1 lost the conversation", "['Hi', 'Hello!']", "True", "a1/0"],
     "Reading: windows, byte budgets, turn sources, measures": ["BatchEvent c1", "ClearEvent c1", "[]"],
 }
 """What a block prints, where the README shows it in its comments."""

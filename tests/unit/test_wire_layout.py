@@ -50,7 +50,7 @@ def test_one_partition_takes_everything() -> None:
 def test_every_key_keeps_its_bytes() -> None:
     c = b"conv"
     ord8 = (3).to_bytes(8, "big")
-    assert keys.STATE_FORMAT == b"9"
+    assert keys.STATE_FORMAT == b"10"
     assert keys.conv_key(c) == b"Cconv"
     assert keys.read_conv_key(b"Cconv") == c
     assert keys.receipt_key(c, b"a/1") == b"Rconv\x1fa/1"
@@ -68,9 +68,12 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.meta_key("format") == keys.FORMAT_KEY == b"mformat"
     assert keys.IDENTITY_KEY == b"midentity"
     assert checkpoint_value(7) == (7).to_bytes(8, "big")
-    stats = Stats(1, 2, 3, 4, 5, 6, 7, 8, 9)
-    assert checkpoint_value(7, stats) == b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7, 8, 9))
+    stats = Stats(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+    assert checkpoint_value(7, stats) == b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
     assert read_checkpoint_stats(checkpoint_value(7, stats)) == stats
+    # A row written before fenced was counted (9 counters) still reads, with it at 0.
+    nine = b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7, 8, 9))
+    assert read_checkpoint_stats(nine) == Stats(1, 2, 3, 4, 5, 6, 7, 8, 9, 0)
     # A row written before cleared/erased were counted (7 counters) still reads, with those at 0.
     old_row = b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7))
     assert read_checkpoint_stats(old_row) == Stats(1, 2, 3, 4, 5, 6, 7, 0, 0)
@@ -103,7 +106,14 @@ def test_every_key_keeps_its_bytes() -> None:
 def test_ranges_keep_their_bounds() -> None:
     assert keys.conv_range(keys.MESSAGE, b"c") == (b"Mc\x1f", b"Mc\x20")
     assert keys.conversation_ranges(b"c") == [(p + b"c\x1f", p + b"c\x20") for p in (b"M", b"N", b"A", b"S", b"T",
-                                                                                        b"H", b"R", b"W", b"X")]
+                                                                                        b"H", b"R", b"W", b"X",
+                                                                                        b"F", b"J")]
+    assert keys.run_key(b"c", b"") == b"Fc\x1f" and keys.run_key(b"c", b"r") == b"Fc\x1fr"
+    assert keys.run_epoch_key(b"c", 2) == b"Fc\x1f\x00" + (2).to_bytes(8, "big")
+    assert keys.run_turn_key(b"c", b"r", b"a/0") == b"Jc\x1fr\x1fta/0"
+    assert keys.run_request_key(b"c", b"r", 3) == b"Jc\x1fr\x1fu" + (3).to_bytes(8, "big")
+    assert keys.run_writes_range(b"c", b"r") == (b"Jc\x1fr\x1f", b"Jc\x1fr\x20")
+    assert keys.run_requests_range(b"c", b"r") == (b"Jc\x1fr\x1fu", b"Jc\x1fr\x1fv")
     assert keys.external_range(b"c", b'"x"') == (b'Xc\x1f"x"\x1f', b'Xc\x1f"x" ')
     assert keys.open_range(b"bot/") == (b"Obot/", b"Obot0") and keys.open_range() == (b"O", b"P")
     assert (keys.RECEIPT_PREFIX, keys.RECEIPT_END) == (b"R", b"S")
