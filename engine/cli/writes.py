@@ -1,6 +1,6 @@
-"""The commands that write: ``append``, ``replace-turn``, ``clear``, ``clear-prefix``, ``run begin``. Each builds its input from
-the arguments (a ``Batch`` validates before any I/O), makes one engine call and prints the
-receipt as the schemas serialise it."""
+"""The commands that write: ``append``, ``replace-turn``, ``clear``, ``clear-prefix``, ``run begin`` (and
+``run show``, beside it). Each builds its input from the arguments (a ``Batch`` validates before
+any I/O), makes one engine call and prints the receipt as the schemas serialise it."""
 
 from __future__ import annotations
 

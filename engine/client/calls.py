@@ -39,6 +39,7 @@ from engine.arguments import (
 )
 from engine.client.policy import Request
 from engine.facade import EngineStats
+from engine.runs import check_root_turn
 from engine.service.wire import (
     MAX_INT,
     StatsOut,
@@ -53,7 +54,6 @@ from engine.service.wire import (
     time_text,
     turn_of,
 )
-from engine.runs import check_root_turn
 from engine.service.wire_bulk import cleared_of
 from engine.service.wire_runs import fence_of, run_of
 from projections.navigation import Order
@@ -72,9 +72,9 @@ from schemas.batch import (
 from schemas.errors import InvalidBatch, InvalidRequest, InvalidWindow, LogUnavailable, NotFound
 from schemas.event_rules import REPLACE_REASONS
 from schemas.ids import ConversationID, MessageID, RunID
-from schemas.runs import Fence, check_fence
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition, LogPosition
+from schemas.runs import Fence, check_fence
 
 __all__ = ["Plan", "append", "begin_run", "clear", "clear_prefix", "conversations", "entries", "entries_by_ids",
            "latest_interrupted_checkpoint", "latest_turn", "locate", "measure", "poison", "position_of", "read",

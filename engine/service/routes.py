@@ -29,8 +29,8 @@ from engine.service.routing import Param, Router, segment
 from schemas.batch import Batch, Receipt
 from schemas.errors import LogUnavailable, NotFound, NotReady
 from schemas.ids import RunID
-from schemas.runs import Fence
 from schemas.positions import HistoryPosition
+from schemas.runs import Fence
 
 __all__ = ["DEFAULT_MAX_WAITERS", "OPS", "Context", "Op", "Waiters", "json_response", "merge_pages"]
 
