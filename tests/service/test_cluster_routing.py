@@ -449,3 +449,21 @@ def test_clear_prefix_clears_on_every_owner_once_and_counts_them_all(cluster: Cl
         assert client.conversations(f"route/{tag}") == [kept]
     status, _, body = call(cluster.b.url, "POST", "/v1/conversations:clear", {"prefix": ""}, headers=AUTH)
     assert status == 400 and body["title"] == "InvalidConversationID" and "prefix" in body["detail"]
+
+
+def test_a_run_begun_through_a_non_owner_fences_writes_sent_to_either_member(cluster: Cluster) -> None:
+    c = conversation(0, f"runs-{uuid.uuid4().hex[:8]}")
+    owner, other = cluster.owner(c).url, cluster.other(c).url
+    status, _, first = call(other, "POST", path(c, "/runs/r1"), headers=AUTH)
+    assert (status, first["epoch"]) == (200, 1)  # decided by the owner, relayed
+    hi = {"role": "user", "parts": [{"kind": "text", "text": "hi"}]}
+    assert call(other, "PUT", path(c, "/appends/a1"), {"messages": [hi], "fence": 1}, headers=AUTH)[0] == 200
+    assert call(owner, "POST", path(c, "/runs/r2"), headers=AUTH)[2]["epoch"] == 2
+    for url in (owner, other):
+        status, _, body = call(url, "PUT", path(c, "/appends/a2"), {"messages": [hi], "fence": 1}, headers=AUTH)
+        assert (status, body["title"]) == (409, "Fenced")
+    assert call(other, "GET", path(c, "/runs/r1?root_turn=a1/0"), headers=AUTH)[2] == {
+        "wrote_history": True, "request_message_id": "a1/0"}
+    with HistoryClient([cluster.a.url, cluster.b.url], token=TOKEN) as client:
+        assert client.begin_run(c, "r2").epoch == 2
+        assert client.run_wrote_history(c, "r2") is False
