@@ -196,7 +196,6 @@ class Membership:
                                            "a cluster member joins an existing topic (open the engine first)")
             self._map = OwnershipMap(self.group, -1, len(partitions), self.advertise, {})
             self._consumer.subscribe([self.topic], listener=_Listener(self))
-            self._seed_metadata_snapshot()
         except KafkaError as exc:
             self._consumer.close(autocommit=False, timeout_ms=1000)
             raise LogUnavailable(f"Kafka at {bootstrap} did not describe topic {self.topic!r} ({exc}); retry") from exc
@@ -205,23 +204,6 @@ class Membership:
             raise
         self._thread = threading.Thread(target=self._run, name="histlog-membership", daemon=True)
         self._thread.start()
-
-    def _seed_metadata_snapshot(self) -> None:
-        """Give kafka-python's coordinator the topic's partitions it will assign from, now.
-
-        kafka-python 3.0.12 builds its metadata snapshot when the consumer is created (before
-        ``subscribe``: empty) and rebuilds it only on the next metadata response. A fresh process
-        that is leader of its first join (the first member of a group, or a restarted static
-        member let in as leader) records that empty snapshot with its assignment; the metadata
-        response that follows differs from it, ``need_rejoin`` turns true and the leader rejoins:
-        a rebalance of the whole group right after one, for nothing (seen for real: "Leader ...
-        re-joining group during Stable"; a member that died meanwhile then holds the round up to
-        the rebalance timeout and loses its partitions to the others). The cluster metadata
-        already holds the topic (``partitions_for_topic`` above), so the snapshot taken here is
-        the one the assignor will use."""
-        coordinator = self._consumer._coordinator  # the snapshot lives only here
-        coordinator._metadata_snapshot = coordinator._build_metadata_snapshot(coordinator._subscription,
-                                                                              coordinator._cluster)
 
     # -- what callers read --------------------------------------------------------------------
 
