@@ -172,8 +172,9 @@ class AsyncHistoryEngine:
         return fence_of(await self._write(lambda: writes.submit_begin_run(conversation_id, run_id, timeout),
                                           conversation_id if isinstance(conversation_id, str) else ""))
 
-    async def fence_of_epoch(self, conversation_id: str, epoch: int) -> Fence:
-        return self.engine.fence_of_epoch(conversation_id, epoch)  # one point read
+    async def fence_of_epoch(self, conversation_id: str, epoch: int, timeout: float = 10.0) -> Fence:
+        # On a worker thread: an epoch not applied yet waits for the catch-up with the log's end.
+        return await asyncio.to_thread(self.engine.fence_of_epoch, conversation_id, epoch, timeout)
 
     async def run_wrote_history(self, conversation_id: str, run_id: str, root_turn: str | None = None) -> bool:
         return self.engine.run_wrote_history(conversation_id, run_id, root_turn)  # one point read or seek

@@ -121,7 +121,7 @@ async def put_append(request: Request, ctx: Context, query: dict[str, Any]) -> R
     engine = ctx.router.engine(c)
     fence: Fence | None = None
     if parsed.fence is not None:  # its epoch: the run of that epoch, as this owner applied it
-        fence = await asyncio.to_thread(engine.engine.fence_of_epoch, c, parsed.fence)
+        fence = await engine.fence_of_epoch(c, parsed.fence)
     receipt: Receipt
     if parsed.replaces is not None:
         receipt = await engine.replace_turn(batch, parsed.replaces.turn_id, parsed.replaces.reason, fence=fence)
