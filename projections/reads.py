@@ -1,5 +1,8 @@
 """Queries over the built-in projections. Each query runs on one ``Snapshot`` (a point-in-time
 RocksDB iterator), so it never mixes two projector steps. Window queries touch O(window) rows.
+(About 500 lines: every query of the full projection shares ``_open``, the cursor-to-ordinal
+rules and the row decoders here; the larger pieces live beside it: ``navigation``, ``by_ids``,
+``window``, ``runs``.)
 
 Visible rows are keyed by ordinal (``keys``). Cursors are positions ``(turn, seq)``; the turn
 index maps a turn position to its first message's ``(seq, ordinal)``, and within a visible turn
