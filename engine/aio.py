@@ -47,7 +47,7 @@ from typing import ParamSpec, TypeVar
 from engine.arguments import Empty, check_clear_prefix, check_timeout
 from engine.facade import EngineStats, HistoryEngine
 from engine.reading import at_least_position
-from engine.writes import CLEAR_BATCH, Concluded, Submitted, Written, fence_of, receipt_of
+from engine.writes import CLEAR_BATCH, Concluded, Submitted, Written, fence_of, receipt_of, slot_of
 from projections.admission import Decision
 from projections.delivery import Ticket
 from projections.navigation import Order
@@ -68,6 +68,7 @@ from schemas.ids import ConversationID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
 from schemas.runs import Fence
+from schemas.slots import TurnSlot
 
 __all__ = ["AsyncHistoryEngine"]
 
@@ -155,10 +156,10 @@ class AsyncHistoryEngine:
             submitted.ticket.release()
 
     # -- writes
-    async def append(self, batch: Batch, timeout: float = 30.0, *,
-                     expected_last: Receipt | Empty | None = None, fence: Fence | None = None) -> Receipt:
+    async def append(self, batch: Batch, timeout: float = 30.0, *, expected_last: Receipt | Empty | None = None,
+                     fence: Fence | None = None, turn: TurnSlot | None = None) -> Receipt:
         writes = self.engine._writes
-        return receipt_of(await self._write(lambda: writes.submit_append(batch, timeout, expected_last, fence),
+        return receipt_of(await self._write(lambda: writes.submit_append(batch, timeout, expected_last, fence, turn),
                                             _conversation_of(batch)))
 
     async def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0, *,
@@ -171,6 +172,11 @@ class AsyncHistoryEngine:
         writes = self.engine._writes
         return fence_of(await self._write(lambda: writes.submit_begin_run(conversation_id, run_id, timeout),
                                           conversation_id if isinstance(conversation_id, str) else ""))
+
+    async def allocate_turn(self, conversation_id: str, timeout: float = 30.0) -> TurnSlot:
+        writes = self.engine._writes
+        return slot_of(await self._write(lambda: writes.submit_allocate_turn(conversation_id, timeout),
+                                         conversation_id if isinstance(conversation_id, str) else ""))
 
     async def fence_of_epoch(self, conversation_id: str, epoch: int, timeout: float = 10.0) -> Fence:
         # On a worker thread: an epoch not applied yet waits for the catch-up with the log's end.

@@ -57,6 +57,7 @@ from schemas.errors import (
     StateUnavailable,
 )
 from schemas.runs import Fence
+from schemas.slots import TurnSlot
 
 __all__ = ["EMPTY", "EngineStats", "HistoryEngine", "PartitionState", "Progress"]
 
@@ -300,7 +301,7 @@ class HistoryEngine(EngineRuns):
     EMPTY = EMPTY
 
     def append(self, batch: Batch, timeout: float = 30.0, *, expected_last: Receipt | Empty | None = None,
-               fence: Fence | None = None) -> Receipt:
+               fence: Fence | None = None, turn: TurnSlot | None = None) -> Receipt:
         """Append a batch atomically and idempotently; docs/design.md §4 lists every outcome.
 
         ``expected_last``: a ``Receipt`` (the conversation's last accepted append must be that
@@ -308,7 +309,8 @@ class HistoryEngine(EngineRuns):
         ``PreconditionFailed``. An identical retry of an accepted batch returns its receipt.
         ``fence``: the ``Fence`` of ``begin_run``; ``Fenced`` once a later run of the
         conversation began before this record in the log (``InvalidRequest`` for another
-        conversation's fence or anything but a Fence).
+        conversation's fence or anything but a Fence). ``turn``: a ``TurnSlot`` of
+        ``allocate_turn`` the batch's user-led turn is filed under (``SlotUnavailable``).
 
         ``timeout``: seconds to wait for the write and its decision, a finite number >= 0
         (anything else is ``InvalidConfiguration``, before any I/O). ``0`` means "do not wait":
@@ -317,7 +319,8 @@ class HistoryEngine(EngineRuns):
         has already applied it, ``CommitUnconfirmed`` is raised (resend the same Batch to learn
         the outcome). The same rule holds for every timeout of this class.
         """
-        return receipt_of(self._writes.settle(self._writes.submit_append(batch, timeout, expected_last, fence)))
+        return receipt_of(self._writes.settle(self._writes.submit_append(batch, timeout, expected_last, fence,
+                                                                         turn)))
 
     def replace_turn(self, batch: Batch, old_turn_id: str, reason: str, timeout: float = 30.0, *,
                      fence: Fence | None = None) -> Receipt:

@@ -13,6 +13,7 @@ from schemas.errors import (
     Fenced,
     HistoryError,
     PreconditionFailed,
+    SlotUnavailable,
     TurnNotReplaceable,
 )
 
@@ -32,7 +33,7 @@ def answer(batch: Batch, decision: Decision) -> Receipt | None:
 
 def refusal(batch: Batch, decision: Decision) -> HistoryError | None:
     """The exception for a refusing decision (conflict, closed, precondition, not replaceable,
-    fenced), or None for the others (accepted, duplicate, corrupt)."""
+    fenced, slot unavailable), or None for the others (accepted, duplicate, corrupt)."""
     outcome = decision.outcome
     c, a = str(batch.conversation_id), str(batch.append_id)
     if outcome is Outcome.CONFLICT:
@@ -52,6 +53,10 @@ def refusal(batch: Batch, decision: Decision) -> HistoryError | None:
         return Fenced(f"write {a!r} to {c!r} refused: {decision.reason}; another run owns the conversation's "
                       "writes now: stop this run (its successor writes from here on)",
                       conversation_id=batch.conversation_id, latest=decision.epoch)
+    if outcome is Outcome.SLOT_UNAVAILABLE:
+        return SlotUnavailable(f"append {a!r} to {c!r} refused: {decision.reason}; a slot is spent once: "
+                               "allocate_turn again and append under the new slot",
+                               conversation_id=batch.conversation_id)
     if outcome is Outcome.NOT_REPLACEABLE:
         return TurnNotReplaceable(f"replacement {a!r} of {c!r} refused: {decision.reason}; "
                                   "read latest_turn() and decide again")

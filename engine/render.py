@@ -19,7 +19,15 @@ from engine.log.base import Record
 from schemas.batch import StoredMessage
 from schemas.errors import CorruptLog, HistoryError, KeyErased, KeyStoreDamaged
 from schemas.event_content import open_event
-from schemas.events import BatchAppended, ConversationCleared, Event, RunBegun, TurnReplaced, decode_event
+from schemas.events import (
+    BatchAppended,
+    ConversationCleared,
+    Event,
+    RunBegun,
+    TurnAllocated,
+    TurnReplaced,
+    decode_event,
+)
 from schemas.messages import MediaPart, Message, Part, ReasoningPart, TextPart, ToolCallPart, ToolResultPart
 from schemas.times import MAX_TIME_MS, MIN_TIME_MS, iso_time, time_of
 
@@ -84,11 +92,11 @@ def json_text(tree: object) -> str:
 # --------------------------------------------------------------------------- log records
 
 
-RecordStatus = Literal["plain", "sealed", "erased", "missing key", "poison", "clear", "run"]
+RecordStatus = Literal["plain", "sealed", "erased", "missing key", "poison", "clear", "run", "slot"]
 """What a log record is to a reader: a plain or a sealed event (opened under its key), a sealed
 event whose key ``clear`` destroyed (*erased*: on purpose, never poison), a sealed event whose key
 the key store lacks for a conversation never erased (a lost or foreign key store), poison
-(undecodable, or sealed content that does not open), a clear, or a run's begin."""
+(undecodable, or sealed content that does not open), a clear, a run's begin, or a turn slot."""
 
 
 def record_status(value: bytes, keys: KeyStore | None) -> tuple[RecordStatus, Event | None, str]:
@@ -104,6 +112,8 @@ def record_status(value: bytes, keys: KeyStore | None) -> tuple[RecordStatus, Ev
         return "clear", event, ""
     if isinstance(event, RunBegun):
         return "run", event, ""
+    if isinstance(event, TurnAllocated):
+        return "slot", event, ""
     if event.sealed is None:
         return "plain", event, ""
     if keys is None:
@@ -120,7 +130,7 @@ def record_status(value: bytes, keys: KeyStore | None) -> tuple[RecordStatus, Ev
 
 
 def record_line(record: Record, keys: KeyStore | None = None) -> str:
-    """``PARTITION:OFFSET  TIME  append|replace|clear|run|poison  ...``: one log record, decoded.
+    """``PARTITION:OFFSET  TIME  append|replace|clear|run|slot|poison  ...``: one log record, decoded.
 
     A plain event shows its digest; a sealed one ``sealed KEYID…`` (the first 8 hex digits of its
     key id) and its sizes, never its content (``keys``: checked to open, see ``record_status``);
@@ -136,6 +146,8 @@ def record_line(record: Record, keys: KeyStore | None = None) -> str:
         return f"{head}  poison  {why}"
     if isinstance(event, RunBegun):
         return f"{head}  run     {event.conversation_id}  {event.run_id}"
+    if isinstance(event, TurnAllocated):
+        return f"{head}  slot    {event.conversation_id}  {event.slot_id}"
     if not isinstance(event, BatchAppended | TurnReplaced):
         return f"{head}  clear   {event.conversation_id if event is not None else ''}"
     n = event.message_count
@@ -149,6 +161,8 @@ def record_line(record: Record, keys: KeyStore | None = None) -> str:
         extra += f"  (fence {event.fence})"
     if event.run_id is not None:
         extra += f"  (run {event.run_id})"
+    if isinstance(event, BatchAppended) and event.turn_id is not None:
+        extra += f"  (turn slot {event.turn_id} at {event.turn_position})"
     if event.sealed is None:
         content = f"{event.digest[:19]}…"
     else:

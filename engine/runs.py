@@ -1,6 +1,7 @@
-"""Runs and fences on ``HistoryEngine`` (API.md "Runs, slots, assets, deletes"; the rules are
-``projections.runs``'): ``begin_run`` and the two questions about what a run wrote. A mixin, so
-the facade keeps one home per face; the asyncio face (``engine.aio``) calls the same checks.
+"""Runs and fences, and turn slots, on ``HistoryEngine`` (API.md "Runs, slots, assets, deletes";
+the rules are ``projections.runs``' and ``projections.slots``'): ``begin_run``, the two questions
+about what a run wrote, and ``allocate_turn``. A mixin, so the facade keeps one home per face; the
+asyncio face (``engine.aio``) calls the same checks.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from engine.reading import EngineReads
-from engine.writes import fence_of
+from engine.writes import fence_of, slot_of
 from schemas.errors import ConversationClosed, Fenced, InvalidRequest, NotFound
 from schemas.ids import ConversationID, MessageID, RunID
 from schemas.runs import Fence
+from schemas.slots import TurnSlot
 
 if TYPE_CHECKING:  # pragma: no cover
     from engine.writes import Writes
@@ -56,6 +58,17 @@ class EngineRuns(EngineReads):
         cleared conversation; ``InvalidRequest`` for a bad run id. ``timeout``: as ``append``."""
         writes = self._writes
         return fence_of(writes.settle(writes.submit_begin_run(conversation_id, run_id, timeout)))
+
+    def allocate_turn(self, conversation_id: str, timeout: float = 30.0) -> TurnSlot:
+        """Reserve the conversation's next turn before any of its rows exist: a ``TurnSlot``
+        whose ``turn_id`` (``<slot id>/0``) and ``position`` admission gives in log order, so every
+        subscriber can learn the turn's identity when the input is accepted. ``append(batch,
+        turn=slot)`` files the batch's user-led turn under it. The position is spent whether or
+        not a turn uses it (positions are compared, never counted); the slot is usable while no
+        later turn exists, once (``SlotUnavailable`` otherwise). ``ConversationClosed`` for a
+        cleared conversation. ``timeout``: as ``append``."""
+        writes = self._writes
+        return slot_of(writes.settle(writes.submit_allocate_turn(conversation_id, timeout)))
 
     def fence_of_epoch(self, conversation_id: str, epoch: int, timeout: float = 10.0) -> Fence:
         """The ``Fence`` of the run that has ``epoch`` in the conversation, as this instance has

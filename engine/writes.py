@@ -19,6 +19,7 @@ from engine.arguments import Empty, check_timeout, expected_of
 from engine.keys import KeyStore
 from engine.log.base import Log
 from engine.refusals import answer
+from engine.uuid7 import uuid7
 from projections.admission import Decision, Outcome, Own, Rows, conversation_row, precheck
 from projections.delivery import Ticket
 from projections.reads import Reads
@@ -35,15 +36,24 @@ from schemas.errors import (
     StateUnavailable,
 )
 from schemas.event_content import seal_event
-from schemas.events import REPLACE_REASONS, BatchAppended, ConversationCleared, RunBegun, TurnReplaced, encode_event
+from schemas.events import (
+    REPLACE_REASONS,
+    BatchAppended,
+    ConversationCleared,
+    RunBegun,
+    TurnAllocated,
+    TurnReplaced,
+    encode_event,
+)
 from schemas.ids import ConversationID, RunID
 from schemas.messages import starts_turn
 from schemas.positions import LogPosition
 from schemas.records import record_key
 from schemas.runs import Fence, check_fence
+from schemas.slots import TurnSlot, check_slot, slot_turn_id
 from schemas.times import now_ms
 
-__all__ = ["SUBMIT_THREADS", "Concluded", "Submitted", "Writes", "Written", "fence_of", "receipt_of"]
+__all__ = ["SUBMIT_THREADS", "Concluded", "Submitted", "Writes", "Written", "fence_of", "receipt_of", "slot_of"]
 
 CLEAR_BATCH = 1000
 """How many clears ``clear_many`` has in flight at once (their tickets, their erasures: one
@@ -64,10 +74,11 @@ class Written:
     partition: int
     deadline: float  # time.monotonic() by which the decision must be known
     timeout: float
-    batch: Batch | None  # None: a clear or a run's begin
+    batch: Batch | None  # None: a clear, a run's begin or a slot's allocation
     what: str  # the write, for the errors: "append 'a1' to 'c1'"
     then: str  # what the caller should do when the outcome is unknown
     run: tuple[ConversationID, RunID] | None = None  # a run's begin: its conversation and run
+    slot: tuple[ConversationID, str] | None = None  # a slot's allocation: its conversation and slot id
 
     def remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
@@ -82,12 +93,12 @@ class Written:
         return f"at {position}" if position is not None else f"to partition {self.partition} (not yet acknowledged)"
 
 
-Submitted = Receipt | Fence | Written | None
+Submitted = Receipt | Fence | TurnSlot | Written | None
 """A submit's result: the receipt (or a run's fence) known without a write (the fast path), a
 ``Written`` to wait on, or None (a clear of a conversation already closed)."""
 
-Concluded = Receipt | Fence | None
-"""A write's outcome: a batch's receipt, a run's fence, None for a clear."""
+Concluded = Receipt | Fence | TurnSlot | None
+"""A write's outcome: a batch's receipt, a run's fence, a turn slot, None for a clear."""
 
 
 def receipt_of(outcome: Concluded) -> Receipt:
@@ -97,6 +108,11 @@ def receipt_of(outcome: Concluded) -> Receipt:
 
 def fence_of(outcome: Concluded) -> Fence:
     assert isinstance(outcome, Fence)  # Invariant: a run's begin concludes with its fence or raises.
+    return outcome
+
+
+def slot_of(outcome: Concluded) -> TurnSlot:
+    assert isinstance(outcome, TurnSlot)  # Invariant: an allocation concludes with its slot or raises.
     return outcome
 
 
@@ -143,15 +159,19 @@ class Writes:
             submitters.shutdown(wait=False)
 
     def submit_append(self, batch: Batch, timeout: float, expected_last: Receipt | Empty | None,
-                      fence: Fence | None = None) -> Submitted:
+                      fence: Fence | None = None, turn: TurnSlot | None = None) -> Submitted:
         check_timeout(timeout)
         if not isinstance(batch, Batch):
             raise InvalidBatch(f"invalid batch: expected a schemas.Batch, got {type(batch).__name__}")
         expected = expected_of(batch, expected_last)
         fence = check_fence(fence, batch.conversation_id)
+        slot = check_slot(turn, batch.conversation_id)
+        if slot is not None and not any(starts_turn(m) for m in batch.messages):
+            raise InvalidBatch(f"invalid turn: the batch has no user message that opens a turn, so it cannot be "
+                               f"filed under turn slot {slot.turn_id!r}; append it without turn=")
         self._check_open()
         self._serve(batch.conversation_id)
-        return self._submit_batch(batch, BatchAppended.of(batch, _now_ms(), expected, fence), timeout)
+        return self._submit_batch(batch, BatchAppended.of(batch, _now_ms(), expected, fence, slot), timeout)
 
     def submit_replace(self, batch: Batch, old_turn_id: str, reason: str, timeout: float,
                        fence: Fence | None = None) -> Submitted:
@@ -224,6 +244,23 @@ class Writes:
                              f"begin of run {str(run)!r} of {str(c)!r}",
                              "call begin_run again (it is safe: the same run keeps its epoch)", run=(c, run))
 
+    def submit_allocate_turn(self, conversation_id: str, timeout: float) -> Submitted:
+        """``allocate_turn``'s write: a ``TurnAllocated`` of a new slot id to wait on (each call
+        reserves a new position; a retry inside the engine resends the same record)."""
+        check_timeout(timeout)
+        c = ConversationID(conversation_id)
+        self._check_open()
+        self._serve(c)
+        row = self._reads.conversation(c)
+        if row is not None and row.closed:
+            raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
+                                     "conversation id", conversation_id=c)
+        slot_id = f"slot-{uuid7()}"
+        event = TurnAllocated(c, slot_id, _now_ms())
+        return self._produce(record_key(c, slot_id), encode_event(event), timeout, None,
+                             f"allocation of a turn slot of {str(c)!r}",
+                             "call allocate_turn again (an unused slot costs nothing)", slot=(c, slot_id))
+
     def clear_many(self, ids: Sequence[str], timeout: float) -> None:
         """Clear ``ids`` (``HistoryEngine.clear_prefix``), ``CLEAR_BATCH`` at a time: each batch's
         clears are written before any is waited on, so one projector step applies many of them
@@ -263,7 +300,8 @@ class Writes:
         return keys is not None and not keys.known(conversation_id)
 
     def _produce(self, key: bytes, value: bytes, timeout: float, own: Own | None, what: str,
-                 then: str, *, lead: bool = True, run: tuple[ConversationID, RunID] | None = None) -> Written:
+                 then: str, *, lead: bool = True, run: tuple[ConversationID, RunID] | None = None,
+                 slot: tuple[ConversationID, str] | None = None) -> Written:
         """Take the ticket, then produce the record and let the ticket follow it (its position,
         its write's failure): the ticket is released here if the produce raises, else by
         whoever waits on the returned ``Written``. ``own`` (a batch's events, None for a clear)
@@ -277,7 +315,8 @@ class Writes:
         except BaseException:
             ticket.release()
             raise
-        return Written(ticket, produced.partition, deadline, timeout, own.batch if own else None, what, then, run)
+        return Written(ticket, produced.partition, deadline, timeout, own.batch if own else None, what, then, run,
+                       slot)
 
     def submitter(self) -> Executor:
         """The bounded pool that runs an event loop's submits (``engine.aio``) when the log's
@@ -333,6 +372,16 @@ class Writes:
                                          "conversation id", conversation_id=c)
             raise CorruptLog(f"the event written at {written.position} was not accepted ({decision.reason}); "
                              "run `histlog stats` and `histlog log verify`, then call begin_run again",
+                             reason=decision.reason, position=written.position)
+        if written.slot is not None:
+            c, slot_id = written.slot
+            if decision.outcome in (Outcome.ALLOCATED, Outcome.DUPLICATE):
+                return TurnSlot(c, slot_turn_id(slot_id), decision.position)
+            if decision.outcome is Outcome.REJECTED_CLOSED:
+                raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
+                                         "conversation id", conversation_id=c)
+            raise CorruptLog(f"the event written at {written.position} was not accepted ({decision.reason}); "
+                             "run `histlog stats` and `histlog log verify`, then call allocate_turn again",
                              reason=decision.reason, position=written.position)
         if written.batch is None:
             if decision.reason:  # a clear whose erasure did not complete

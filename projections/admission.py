@@ -26,7 +26,11 @@ consumes the same log reaches the same decisions:
   its epoch; else **begun**: the conversation's next epoch (``projections.runs``);
 * a batch or replacement with a ``fence`` (after the closed, duplicate and conflict rules)
   that is not the conversation's latest epoch → **fenced**; an accepted one with a ``run_id``
-  records what the run wrote.
+  records what the run wrote;
+* ``TurnAllocated(c, slot)``: closed → **rejected_closed**; a slot already allocated →
+  **duplicate** with its position; else **allocated**: the conversation's next turn position
+  (``projections.slots``); a batch filed under a slot that cannot take it (used, unknown, another
+  position, behind a later turn, no turn opened) → **slot_unavailable** (after the fence rule).
 
 The batch and replacement rules (closed, duplicate, conflict, precondition, replaceable) are
 written once, in ``precheck``: the projector applies them in log order, and a writer's fast path
@@ -43,7 +47,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from projections import full, keys, runs
+from projections import full, keys, runs, slots
 from projections.erasure import DataKeys, open_content
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from projections.full import Rows
@@ -52,7 +56,7 @@ from projections.store import Tx
 from schemas.batch import Batch, Receipt
 from schemas.errors import CorruptLog, KeyErased
 from schemas.event_content import event_batch
-from schemas.events import BatchAppended, ConversationCleared, RunBegun, TurnReplaced, decode_event
+from schemas.events import BatchAppended, ConversationCleared, RunBegun, TurnAllocated, TurnReplaced, decode_event
 from schemas.ids import AppendID, ConversationID, MessageID
 from schemas.positions import LogPosition
 from schemas.records import record_key_bytes
@@ -74,6 +78,8 @@ class Outcome(enum.StrEnum):
     ERASED = "erased"
     FENCED = "fenced"
     BEGUN = "begun"
+    ALLOCATED = "allocated"
+    SLOT_UNAVAILABLE = "slot_unavailable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,14 +89,16 @@ class Decision:
     ``receipt_position`` is where the accepted event of that append id is: this record's own
     position when accepted, the original one for a duplicate. ``digest`` is the accepted
     digest (for a conflict: the one the append id already names). ``epoch``: a run's (begun,
-    or a duplicate ``RunBegun``), or the conversation's latest (fenced).
+    or a duplicate ``RunBegun``), or the conversation's latest (fenced); ``position``: a turn
+    slot's (allocated, or a duplicate ``TurnAllocated``).
     """
 
     outcome: Outcome
     digest: str = ""
     receipt_position: LogPosition | None = None
-    reason: str = ""  # corrupt, precondition_failed, not_replaceable, fenced: why
+    reason: str = ""  # corrupt, precondition_failed, not_replaceable, fenced, slot_unavailable: why
     epoch: int = 0
+    position: int = 0
 
     def receipt(self, conversation_id: ConversationID, append_id: AppendID) -> Receipt:
         """The receipt this decision proves (accepted or duplicate decisions only)."""
@@ -169,6 +177,9 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         elif isinstance(event, RunBegun):
             batch = None
             append_id = event.run_id.encode("utf-8")
+        elif isinstance(event, TurnAllocated):
+            batch = None
+            append_id = event.slot_id.encode("utf-8")
         else:
             if event.sealed is not None:  # the key store still decides: KeyErased, or another key
                 key_id = event.sealed.key_id
@@ -228,12 +239,22 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         epoch, new = runs.begin(tx, conv, event.run_id)
         return Decision(Outcome.BEGUN if new else Outcome.DUPLICATE, epoch=epoch), None
 
+    if isinstance(event, TurnAllocated):
+        if row is not None and row.closed:
+            return Decision(Outcome.REJECTED_CLOSED), None
+        if row is None:  # a slot is no message: the conversation is listed from its first append on
+            row = ConversationRow()
+        turn_position, new = slots.allocate(tx, conv, row, event.slot_id)
+        if new:
+            tx.put(keys.conv_key(conv), row.encode())
+        return Decision(Outcome.ALLOCATED if new else Outcome.DUPLICATE, position=turn_position), None
+
     assert batch is not None  # Invariant: only BatchAppended and TurnReplaced reach here.
     refused = precheck(tx, row, event, batch, in_log_order=True)
     if refused is not None:
         return refused, None
-    if row is None:  # the conversation's first accepted append: it is open from now on
-        row = ConversationRow()
+    if row is None or row.next_seq == 1:  # the conversation's first accepted append: it is open from now on
+        row = ConversationRow() if row is None else row  # (a row without messages: a turn slot's)
         tx.put(keys.open_key(conv), b"")
     hidden = range(0)
     created_ms = max(row.last_ms, event.created_at_ms)  # never earlier than the message before it
@@ -245,10 +266,14 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         first_seq, first_ord, hidden, turns = full.replace_latest_turn(tx, conv, row, latest[1], batch,
                                                                        event.reason, created_ms)
     else:
-        first_seq, first_ord, turns = full.append(tx, conv, row, batch, created_ms)
+        slot = None if event.turn_id is None or event.turn_position is None else (event.turn_id, event.turn_position)
+        first_seq, first_ord, turns = full.append(tx, conv, row, batch, created_ms, slot)
+        if slot is not None:
+            slots.mark_used(tx, conv, *slot)
     if run_id is not None:
         runs.note_writes(tx, conv, run_id, before, batch, first_seq, turns,
-                         opens_new_turn=isinstance(event, TurnReplaced))
+                         opens_new_turn=isinstance(event, TurnReplaced),
+                         slot=None if isinstance(event, TurnReplaced) else event.turn_id)
     row.last_append = batch.append_id
     if opened:
         row.last_key = opened  # its K row was just noted
@@ -321,6 +346,10 @@ def precheck(rows: Rows, row: ConversationRow | None, event: BatchAppended | Tur
             why = (f"fence {fence} is older than the conversation's latest run (epoch {latest})"
                    if fence < latest else f"no run of epoch {fence} has begun (the latest is {latest})")
             return Decision(Outcome.FENCED, reason=why, epoch=latest)
+    if isinstance(event, BatchAppended) and event.turn_id is not None and event.turn_position is not None:
+        why = slots.refusal(rows, conv, row, event.turn_id, event.turn_position, batch, in_log_order=in_log_order)
+        if why:
+            return Decision(Outcome.SLOT_UNAVAILABLE, reason=why)
     if isinstance(event, TurnReplaced):
         reason = _not_replaceable(rows, conv, row, event, batch, in_log_order)
         return Decision(Outcome.NOT_REPLACEABLE, reason=reason) if reason else None

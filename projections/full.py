@@ -40,14 +40,18 @@ _pack_message = MessageRow.pack
 _pack_source = SourceRow.pack
 
 
-def append(tx: Tx, conv: bytes, row: ConversationRow, batch: Batch,
-           created_at_ms: int) -> tuple[int, int, list[int]]:
+def append(tx: Tx, conv: bytes, row: ConversationRow, batch: Batch, created_at_ms: int,
+           slot: tuple[str, int] | None = None) -> tuple[int, int, list[int]]:
     """Store the batch's messages after the conversation's last visible one; update ``row`` in
     place. Per message: the full row (``M``), the turn-source row (``N``), the system index
     (``S``), when it opens a turn, the turn index (``T``) and, when its metadata ``external_id``
     is a JSON string, the external-id index (``X``); per batch, the running sums before each of
     its messages (``A``, keyed by its first ordinal) and its time (``W``, keyed by time and first
     ordinal: the time index of range reads). A 2-message turn writes 7 keys here.
+
+    A turn opens at the position after both the latest turn and the latest slot's (``allotted``);
+    with ``slot`` (its turn id and position, which admission checked is after the latest turn),
+    the batch's first turn opens at the slot's position and its ``T`` row keeps the slot's id.
 
     Returns the first sequence number and the first ordinal assigned, and the messages' turn
     positions (``positions`` makes their ``HistoryPosition``s, for the events that need them).
@@ -58,14 +62,21 @@ def append(tx: Tx, conv: bytes, row: ConversationRow, batch: Batch,
     sums: list[int] = []
     aid = batch.append_id.encode("utf-8")
     m_prefix, n_prefix, s_prefix = keys.message_keys(conv)
-    turn, turns, content_total = row.turn, row.turns, row.content_bytes
+    turn, turns, content_total, allotted = row.turn, row.turns, row.content_bytes, row.allotted
     put = tx.put
     for index, message in enumerate(batch.messages):
         role = _ROLE_CODES[message.role]
         opens = role == _USER and starts_turn(message)
         if opens:
-            turn += 1
-        if opens or ord_ == 0:  # the first message of a turn position
+            if slot is None:
+                turn = (turn if turn > allotted else allotted) + 1
+                put(keys.turn_key(conv, turn), keys.turn_value(seq, ord_))
+            else:
+                turn = slot[1]
+                put(keys.turn_key(conv, turn), keys.turn_value(seq, ord_, slot[0].encode("utf-8")))
+                slot = None
+            turns += 1
+        elif ord_ == 0:  # the first message of a turn position (0: before the first user message)
             turns += 1
             put(keys.turn_key(conv, turn), keys.turn_value(seq, ord_))
         metadata = message.metadata
@@ -110,7 +121,8 @@ def external_of(metadata: Mapping[str, str]) -> bytes | None:
 
 
 def turn_id(append_id: str, index: int) -> str:
-    """The id of a turn: the id of its first message (its user message), ``append_id/index``."""
+    """The id of a turn of no slot: the id of its first message (its user message),
+    ``append_id/index``. A slotted turn's id is its slot's, in its ``T`` row."""
     return MessageID.format(append_id, index)
 
 
@@ -125,6 +137,9 @@ def latest_turn(tx: Rows, conv: bytes, row: ConversationRow) -> tuple[str, int] 
     if raw is None:
         return None
     _, first_ord = keys.read_turn_value(raw)
+    slotted = keys.read_turn_id(raw)
+    if slotted is not None:
+        return slotted, first_ord
     message = tx.get(keys.message_key(conv, first_ord))
     assert message is not None  # Invariant: T rows index visible M rows (same WriteBatch).
     head = MessageRow.decode(message)

@@ -22,12 +22,13 @@ key                    meaning                                         value
 ``N`` conv 1F ord      turn source: the message narrowed (own space)   ``SourceRow`` header + content JSON
 ``A`` conv 1F ord      running sums before each message of the batch   ``AggregateRow`` (16 bytes a message)
                        whose first message has ordinal ``ord``
-``T`` conv 1F turn     each visible turn's first message (cursors)     seq, ord
+``T`` conv 1F turn     each visible turn's first message (cursors)     seq, ord (+ a slotted turn's id)
 ``H`` conv 1F turn seq a hidden message (its turn was replaced)       ``HiddenRow`` + ``MessageRow``
 ``W`` conv 1F ms ord   each visible batch by time (its first ordinal)  empty
 ``X`` conv 1F ext 1F   a visible message whose metadata ``external_id``  empty
       ord              is the JSON string ``ext`` (canonical spelling)
 ``O`` conv             an open conversation (listing pages)            empty
+``L`` conv 1F slot     a turn slot (``TurnAllocated``)                 its position (u64), 1 byte: used
 ``E`` conv             a cleared conversation whose erasure has not    ``b""``: its files may hold content
                        completed (``projections.erasure``: keys to     (compact them); ``b"k"``: it had no
                        destroy, files to compact)                      rows, only keys to destroy
@@ -102,6 +103,7 @@ __all__ = [
     "ROLE_CODES",
     "RUN",
     "RUN_WRITES",
+    "SLOT",
     "SOURCE",
     "STATE_FORMAT",
     "SYSTEM",
@@ -142,7 +144,9 @@ __all__ = [
     "read_open_key",
     "read_poison_key",
     "read_receipt_key",
+    "read_slot_value",
     "read_time_key",
+    "read_turn_id",
     "read_turn_value",
     "receipt_key",
     "run_epoch_key",
@@ -151,6 +155,8 @@ __all__ = [
     "run_requests_range",
     "run_turn_key",
     "run_writes_range",
+    "slot_key",
+    "slot_value",
     "source_key",
     "system_key",
     "time_key",
@@ -158,14 +164,16 @@ __all__ = [
     "turn_value",
 ]
 
-EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8", b"9", b"10"})
+EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8", b"9", b"10", b"11"})
 """The layouts whose ``core`` checkpoint rows begin with the next offset to apply (a u64): their
 checkpoints are evidence of acknowledged records (``engine/state.py``) even when the layout is
 older than ``STATE_FORMAT`` and is about to be rebuilt. Add each new layout that keeps that."""
 
-STATE_FORMAT = b"10"
+STATE_FORMAT = b"11"
 """Version of this layout and of the admission rules that filled it (``m format``); a state of another
-version is rebuilt. 10: runs and fences (``RunBegun``, the ``F`` and ``J`` rows, the ``fenced``
+version is rebuilt. 11: turn slots (``TurnAllocated``, the ``L`` rows, ``ConversationRow.allotted``,
+a slotted turn's id in its ``T`` row), so a state of 10 may have quarantined as poison the records
+that now allocate or use a slot. 10: runs and fences (``RunBegun``, the ``F`` and ``J`` rows, the ``fenced``
 outcome and its counter), so a state of 9 may have quarantined as poison the records that now
 begin a run or carry a fence. 9: ``ConversationRow.last_key``, the key id of the conversation's last
 accepted sealed record, whose ``K`` row exists (admission notes the next record under that key
@@ -203,10 +211,12 @@ ERASING = b"E"
 KEY_ID = b"K"
 RUN = b"F"
 RUN_WRITES = b"J"
+SLOT = b"L"
 _RUN_TURN = b"t"
 _RUN_REQUEST = b"u"
 
-CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT, TIME, EXTERNAL, RUN, RUN_WRITES)
+CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT, TIME, EXTERNAL, RUN, RUN_WRITES,
+                       SLOT)
 """Every keyspace under ``prefix conv 1F``: what a clear drops (the ``C`` row keeps the closure)."""
 
 ROLE_CODES = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
@@ -297,14 +307,34 @@ def hidden_key(conv: bytes, turn: int, seq: int) -> bytes:
 _TURN = struct.Struct(">QQ")
 
 
-def turn_value(first_seq: int, first_ord: int) -> bytes:
-    return _TURN.pack(first_seq, first_ord)
+def turn_value(first_seq: int, first_ord: int, turn_id: bytes = b"") -> bytes:
+    """A ``T`` row: the turn's first seq and ordinal, and a slotted turn's id (``<slot>/0``; a
+    turn of no slot has the id of its first message, which its ``M`` row names)."""
+    return _TURN.pack(first_seq, first_ord) + turn_id
 
 
 def read_turn_value(b: bytes) -> tuple[int, int]:
     """``(first_seq, first_ord)`` of a turn."""
-    first_seq, first_ord = _TURN.unpack(b)
+    first_seq, first_ord = _TURN.unpack_from(b)
     return first_seq, first_ord
+
+
+def read_turn_id(b: bytes) -> str | None:
+    """A slotted turn's id from its ``T`` row; None for a turn of no slot."""
+    return b[_TURN.size:].decode("utf-8") if len(b) > _TURN.size else None
+
+
+def slot_key(conv: bytes, slot_id: bytes) -> bytes:
+    return SLOT + conv + SEP + slot_id
+
+
+def slot_value(position: int, used: bool) -> bytes:
+    return _U64.pack(position) + (b"\x01" if used else b"\x00")
+
+
+def read_slot_value(b: bytes) -> tuple[int, bool]:
+    """``(position, used)`` of an ``L`` row."""
+    return int(_U64.unpack_from(b)[0]), b[_U64.size:] == b"\x01"
 
 
 def turn_key(conv: bytes, turn: int) -> bytes:

@@ -258,6 +258,15 @@ class Reads:
             if by_ids.visible_rows(snap, c, row.messages, [wanted], keys.message_key, pick):
                 return wanted
         root = MessageID.parse(root_turn)
+        slot = snap.get(keys.slot_key(c, root.append_id.encode("utf-8"))) if root.index == 0 else None
+        if slot is not None:  # a slotted turn: its request is the first message of its T row
+            raw = snap.get(keys.turn_key(c, keys.read_slot_value(slot)[0]))
+            if raw is None or keys.read_turn_id(raw) != root_turn:
+                return None
+            value = snap.get(keys.message_key(c, keys.read_turn_value(raw)[1]))
+            assert value is not None  # Invariant: T rows index visible M rows (same WriteBatch).
+            head = MessageRow.decode(value)
+            return MessageID.parse(MessageID.format(head.append_id, head.index))
         return root if by_ids.visible_rows(snap, c, row.messages, [root], keys.message_key, pick) else None
 
     # -- turns ---------------------------------------------------------------------------------
@@ -268,11 +277,30 @@ class Reads:
             wanted = MessageID.parse(message_id_)  # before any read: a malformed id names no message
         except NotFound as e:
             raise NotFound(f"conversation {conv!r}: {e}") from None
+        slotted = self._slotted_turn(conv, message_id_, wanted) if wanted.index == 0 else None
+        if slotted is not None:
+            return slotted
         snap, c, row, message = self._visible_message(conv, message_id_, wanted)
         if message.turn == 0:
             raise NotFound(f"message {message_id_!r} of {conv!r} comes before the first user message: "
                            "it belongs to no turn")
-        return self._turn(snap, c, row.messages, message.turn)
+        return self._turn(snap, c, row.messages, message.turn, row.allotted)
+
+    def _slotted_turn(self, conv: str, turn_id: str, wanted: MessageID) -> HistoryTurn | None:
+        """The visible turn filed under slot ``turn_id`` (``<slot id>/0``), None when no slot has
+        that id; ``NotFound`` when the slot's turn has no visible rows (unused, or replaced)."""
+        opened = self._open(conv)
+        if opened is None:
+            return None
+        snap, c, row = opened
+        slot = snap.get(keys.slot_key(c, wanted.append_id.encode("utf-8")))
+        if slot is None:
+            return None
+        position = keys.read_slot_value(slot)[0]
+        raw = snap.get(keys.turn_key(c, position))
+        if raw is None or keys.read_turn_id(raw) != turn_id:
+            raise NotFound(f"turn slot {turn_id!r} of {conv!r} has no visible turn (unused, or its turn was replaced)")
+        return self._turn(snap, c, row.messages, position, row.allotted)
 
     def _visible_message(self, conv: str, message_id_: str, wanted: MessageID | None = None
                          ) -> tuple[Snapshot, bytes, ConversationRow, MessageRow]:
@@ -308,18 +336,31 @@ class Reads:
         snap, c, row = opened
         if row.turn == 0 or row.messages == 0:
             return None
-        return self._turn(snap, c, row.messages, row.turn)
+        return self._turn(snap, c, row.messages, row.turn, row.allotted)
 
-    def _turn(self, snap: Snapshot, conv: bytes, count: int, turn: int) -> HistoryTurn:
+    def _turn(self, snap: Snapshot, conv: bytes, count: int, turn: int, allotted: int) -> HistoryTurn:
         found = self._turn_at(snap, conv, turn)
         assert found is not None and found[0] == turn  # Invariant: a visible message's turn is indexed.
+        # Before the scan (a snapshot has one iterator); only a conversation that allocated a slot has one.
+        slotted = self._slotted_ids(snap, conv, turn, turn + 1) if allotted else {}
         messages: list[StoredMessage] = []
         for _, value in snap.scan(keys.message_key(conv, found[2]), keys.message_key(conv, count)):
             row = MessageRow.decode(value)
             if row.turn != turn:
                 break
             messages.append(_stored(row))
-        return _as_turn(turn, messages)
+        return _as_turn(turn, messages, slotted.get(turn))
+
+    def _slotted_ids(self, snap: Snapshot, conv: bytes, lo: int, hi: int) -> dict[int, str]:
+        """The ids of the slotted turns among the visible turns of positions ``[lo, hi)`` (one scan
+        of their ``T`` rows: O(turns); the callers skip it for a conversation that never allocated
+        a slot, ``ConversationRow.allotted`` 0)."""
+        found: dict[int, str] = {}
+        for key, value in snap.scan(keys.turn_key(conv, lo), keys.turn_key(conv, hi)):
+            slotted = keys.read_turn_id(value)
+            if slotted is not None:
+                found[keys.read_key_u64(key)] = slotted
+        return found
 
     def latest_interrupted_checkpoint(self, conv: str) -> StoredMessage | None:
         """The newest assistant message, if its metadata ``interrupted`` is JSON ``true``: an
@@ -482,6 +523,7 @@ class Reads:
         first = self._turn_at(snap, c, 1) if row.turn > 0 else None
         if first is None:
             return []
+        slotted = self._slotted_ids(snap, c, first[0], row.turn + 1) if row.allotted else {}
         groups: list[list[StoredMessage]] = []
         current = -1
         for _, value in snap.scan(keys.message_key(c, first[2]), keys.message_key(c, row.messages)):
@@ -490,7 +532,7 @@ class Reads:
                 groups.append([])
                 current = message.turn
             groups[-1].append(_stored(message))
-        return [_as_turn(group[0].position.turn, group) for group in groups]
+        return [_as_turn(group[0].position.turn, group, slotted.get(group[0].position.turn)) for group in groups]
 
 
 def _message(value: bytes) -> Message:
@@ -498,8 +540,9 @@ def _message(value: bytes) -> Message:
     return Message.from_stored(MessageRow.canonical_of(value))
 
 
-def _as_turn(turn: int, messages: list[StoredMessage]) -> HistoryTurn:
-    """The ``HistoryTurn`` of turn position ``turn`` from its visible messages in stored order."""
+def _as_turn(turn: int, messages: list[StoredMessage], slotted: str | None = None) -> HistoryTurn:
+    """The ``HistoryTurn`` of turn position ``turn`` from its visible messages in stored order;
+    its id is ``slotted`` (its slot's) when it was filed under a slot, else its first message's."""
     assistant = [m.id for m in messages if m.message.role == Role.ASSISTANT]
     first = messages[0].id
-    return HistoryTurn(first, turn, first, assistant[-1] if assistant else None, messages)
+    return HistoryTurn(slotted or first, turn, first, assistant[-1] if assistant else None, messages)

@@ -28,7 +28,7 @@ __all__ = [
 _U64 = struct.Struct(">Q")
 
 
-_CONV = struct.Struct(">BQQQQQQB")
+_CONV = struct.Struct(">BQQQQQQQB")
 
 
 @dataclass(slots=True)
@@ -45,7 +45,7 @@ class ConversationRow:
 
     closed: bool = False
     next_seq: int = 1
-    turn: int = 0  # the latest turn position given (advances at every user message)
+    turn: int = 0  # the latest turn position of a row, hidden ones too (advances at every turn opened)
     turns: int = 0
     messages: int = 0
     content_bytes: int = 0
@@ -55,18 +55,23 @@ class ConversationRow:
     """The key id of the last accepted sealed record ("" none since the row was made): its ``K``
     row exists (written in the same step), so admission writes none for the next record sealed
     under it. Reset with the row at a clear; dropped with it with the partition."""
+    allotted: int = 0
+    """The latest turn position given to a turn slot (``allocate_turn``; 0: none). A turn opened
+    without a slot takes the position after both this and ``turn``, so a slot's position is spent
+    whether or not a turn ever uses it."""
 
     def encode(self) -> bytes:
         key = self.last_key.encode("ascii")
         return _CONV.pack(1 if self.closed else 0, self.next_seq, self.turn, self.turns, self.messages,
-                          self.content_bytes, self.last_ms, len(key)) + key + self.last_append.encode("utf-8")
+                          self.content_bytes, self.last_ms, self.allotted, len(key)) + key + self.last_append.encode(
+                              "utf-8")
 
     @classmethod
     def decode(cls, b: bytes) -> ConversationRow:
-        closed, next_seq, turn, turns, messages, content, last_ms, key_length = _CONV.unpack_from(b)
+        closed, next_seq, turn, turns, messages, content, last_ms, allotted, key_length = _CONV.unpack_from(b)
         key_end = _CONV.size + key_length
         return cls(bool(closed), next_seq, turn, turns, messages, content, b[key_end:].decode("utf-8"), last_ms,
-                   b[_CONV.size:key_end].decode("ascii"))
+                   b[_CONV.size:key_end].decode("ascii"), allotted)
 
 
 _RECEIPT = struct.Struct(">IQQIQ")

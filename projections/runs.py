@@ -81,11 +81,12 @@ def fenced(rows: Rows, conv: bytes, fence: int, *, in_log_order: bool) -> tuple[
 
 
 def note_writes(tx: Tx, conv: bytes, run_id: str, row_before: ConversationRow, batch: Batch, first_seq: int,
-                turns: list[int], *, opens_new_turn: bool = False) -> None:
+                turns: list[int], *, opens_new_turn: bool = False, slot: str | None = None) -> None:
     """Record what run ``run_id`` wrote: ``batch``, stored from ``first_seq`` with the turn
     positions ``turns`` (``full.append``'s). ``row_before`` is the conversation's row before the
     batch (its latest turn is the one a batch that does not open a turn continues);
-    ``opens_new_turn``: a replacement, whose first message opens its turn."""
+    ``opens_new_turn``: a replacement, whose first message opens its turn; ``slot``: the turn id
+    of the slot the batch's first turn was filed under."""
     run = run_id.encode("utf-8")
     group: str | None = None  # the id of the turn the message is in
     previous_turn = -1
@@ -95,7 +96,8 @@ def note_writes(tx: Tx, conv: bytes, run_id: str, row_before: ConversationRow, b
             if turn == 0:
                 group = None
             elif message.role == _USER and starts_turn(message):
-                group = full.turn_id(batch.append_id, index)
+                group = full.turn_id(batch.append_id, index) if slot is None else slot
+                slot = None
             elif index == 0 and not opens_new_turn:
                 latest = full.latest_turn(tx, conv, row_before)
                 group = latest[0] if latest is not None else None

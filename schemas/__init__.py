@@ -47,6 +47,7 @@ from schemas.errors import (
     NotReady,
     PreconditionFailed,
     ProjectionError,
+    SlotUnavailable,
     StateUnavailable,
     SubscriptionLost,
     TopicRefused,
@@ -71,6 +72,7 @@ from schemas.messages import (
 )
 from schemas.positions import HistoryPosition, LogPosition
 from schemas.runs import Fence
+from schemas.slots import TurnSlot
 
 __all__ = [
     "AppendConflict",
@@ -130,6 +132,7 @@ __all__ = [
     "ResponseAccumulator",
     "Role",
     "RunID",
+    "SlotUnavailable",
     "StateUnavailable",
     "StoredMessage",
     "SubscriptionLost",
@@ -141,6 +144,7 @@ __all__ = [
     "ToolResultPart",
     "TopicRefused",
     "TurnNotReplaceable",
+    "TurnSlot",
     "TurnSource",
     "Unauthorized",
     "Usage",

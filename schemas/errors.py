@@ -73,6 +73,7 @@ __all__ = [
     "NotReady",
     "PreconditionFailed",
     "ProjectionError",
+    "SlotUnavailable",
     "StateUnavailable",
     "SubscriptionLost",
     "TopicRefused",
@@ -200,6 +201,21 @@ class Fenced(HistoryError):
         super().__init__(message)
         self.conversation_id = conversation_id
         self.latest = latest
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+class SlotUnavailable(HistoryError):
+    """The append was filed under a turn slot (``allocate_turn``'s ``TurnSlot``) that cannot take
+    it: the slot was already used, it is another conversation's, no such slot was allocated, or a
+    later turn was filed first (positions order the history, so a slot is usable only while no turn
+    after it exists). A slot is spent whether or not it is used: allocate a new one."""
+
+    def __init__(self, message: str, *, conversation_id: str = "", turn_id: str = "") -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id
+        self.turn_id = turn_id
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (_rebuild, (type(self), self.args, self.__dict__))

@@ -2,8 +2,9 @@
 
 A part of the events' wire format (``schemas.events`` frames these bodies and is its home; the
 schemas themselves are the ``.avsc`` files): for exactly the writer schemas ``encode_event`` uses
-(``batch_appended.avsc`` v2, ``.v3`` and ``.v4``, ``turn_replaced.avsc`` v1, ``.v2`` and ``.v3``,
-``conversation_cleared.avsc``, ``run_begun.avsc``), the body as the Avro specification's binary encoding gives it:
+(``batch_appended.avsc`` v2, ``.v3``, ``.v4`` and ``.v5``, ``turn_replaced.avsc`` v1, ``.v2`` and
+``.v3``, ``conversation_cleared.avsc``, ``run_begun.avsc``, ``turn_allocated.avsc``), the body as
+the Avro specification's binary encoding gives it:
 
 * ``int`` / ``long``: zig-zag, then a base-128 varint, least significant group first;
 * ``string`` / ``bytes``: the byte length as a ``long``, then the (UTF-8) bytes;
@@ -26,8 +27,8 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BATCH_FIELDS", "CLEARED_FIELDS", "REPLACED_FIELDS", "RUN_FIELDS", "SEALED_FIELDS", "TAIL_FIELDS",
-           "batch_body", "cleared_body", "replaced_body", "run_body"]
+__all__ = ["ALLOCATED_FIELDS", "BATCH_FIELDS", "CLEARED_FIELDS", "REPLACED_FIELDS", "RUN_FIELDS", "SEALED_FIELDS",
+           "SLOT_FIELDS", "TAIL_FIELDS", "allocated_body", "batch_body", "cleared_body", "replaced_body", "run_body"]
 
 BATCH_FIELDS: Final = (("conversation_id", "string"), ("append_id", "string"), ("digest", "string"),
                        ("messages", "bytes"), ("message_count", "int"), ("content_bytes", "long"),
@@ -43,6 +44,10 @@ CLEARED_FIELDS: Final = (("conversation_id", "string"), ("created_at_ms", "long"
 """``ConversationCleared``'s fields as written here."""
 TAIL_FIELDS: Final = (("fence", ["null", "long"]), ("run_id", ["null", "string"]))
 """The fields ``BatchAppended`` v4 and ``TurnReplaced`` v3 add after ``sealed``."""
+SLOT_FIELDS: Final = (("turn_id", ["null", "string"]), ("turn_position", ["null", "long"]))
+"""The fields ``BatchAppended`` v5 adds after those."""
+ALLOCATED_FIELDS: Final = (("conversation_id", "string"), ("slot_id", "string"), ("created_at_ms", "long"))
+"""``TurnAllocated``'s fields as written here."""
 RUN_FIELDS: Final = (("conversation_id", "string"), ("run_id", "string"), ("created_at_ms", "long"))
 """``RunBegun``'s fields as written here."""
 
@@ -88,17 +93,25 @@ def _optional(parts: list[bytes], value: str | None) -> None:
         parts += (b"\x02", _long(len(v)), v)
 
 
-def _end(parts: list[bytes], sealed: tuple[str, bytes, bytes, bytes] | None,
-         tail: tuple[int | None, str | None] | None) -> bytes:
-    """The ``sealed`` union and, with ``tail`` (fence, run_id), the fields of the current versions."""
+Tail = tuple[int | None, str | None] | tuple[int | None, str | None, str | None, int | None]
+"""(fence, run_id): the fields of ``BatchAppended`` v4 / ``TurnReplaced`` v3; with (turn_id,
+turn_position) after them, ``BatchAppended`` v5's."""
+
+
+def _end(parts: list[bytes], sealed: tuple[str, bytes, bytes, bytes] | None, tail: Tail | None) -> bytes:
+    """The ``sealed`` union and, with ``tail``, the fields of the later versions."""
     if tail is not None:
         if sealed is None:
             parts.append(b"\x00")
         else:
             _sealed(parts, *sealed)
-        fence, run_id = tail
+        fence, run_id = tail[0], tail[1]
         parts.append(b"\x00" if fence is None else b"\x02" + _long(fence))
         _optional(parts, run_id)
+        if len(tail) == 4:
+            _optional(parts, tail[2])
+            position = tail[3]
+            parts.append(b"\x00" if position is None else b"\x02" + _long(position))
     elif sealed is not None:
         _sealed(parts, *sealed)
     return b"".join(parts)
@@ -106,10 +119,10 @@ def _end(parts: list[bytes], sealed: tuple[str, bytes, bytes, bytes] | None,
 
 def batch_body(conversation_id: str, append_id: str, digest: str, messages: bytes, message_count: int,
                content_bytes: int, created_at_ms: int, expected_last: str | None,
-               sealed: tuple[str, bytes, bytes, bytes] | None,
-               tail: tuple[int | None, str | None] | None = None) -> bytes:
-    """A ``BatchAppended`` body: with ``tail`` = (fence, run_id), v4; else v2 when ``sealed`` is
-    None, v3 with ``sealed`` = (key_id, nonce, ciphertext, mac)."""
+               sealed: tuple[str, bytes, bytes, bytes] | None, tail: Tail | None = None) -> bytes:
+    """A ``BatchAppended`` body: with ``tail`` = (fence, run_id), v4, with (fence, run_id, turn_id,
+    turn_position) v5; else v2 when ``sealed`` is None, v3 with ``sealed`` = (key_id, nonce,
+    ciphertext, mac)."""
     parts: list[bytes] = []
     _content(parts, conversation_id, append_id, digest, messages, message_count, content_bytes, created_at_ms)
     _optional(parts, expected_last)
@@ -118,8 +131,7 @@ def batch_body(conversation_id: str, append_id: str, digest: str, messages: byte
 
 def replaced_body(conversation_id: str, append_id: str, digest: str, messages: bytes, message_count: int,
                   content_bytes: int, created_at_ms: int, old_turn_id: str, reason: str,
-                  sealed: tuple[str, bytes, bytes, bytes] | None,
-                  tail: tuple[int | None, str | None] | None = None) -> bytes:
+                  sealed: tuple[str, bytes, bytes, bytes] | None, tail: Tail | None = None) -> bytes:
     """A ``TurnReplaced`` body: with ``tail``, v3; else v1 when ``sealed`` is None, v2 sealed."""
     parts: list[bytes] = []
     _content(parts, conversation_id, append_id, digest, messages, message_count, content_bytes, created_at_ms)
@@ -134,6 +146,11 @@ def run_body(conversation_id: str, run_id: str, created_at_ms: int) -> bytes:
     c = conversation_id.encode("utf-8")
     r = run_id.encode("utf-8")
     return _long(len(c)) + c + _long(len(r)) + r + _long(created_at_ms)
+
+
+def allocated_body(conversation_id: str, slot_id: str, created_at_ms: int) -> bytes:
+    """A ``TurnAllocated`` body (the same layout as ``RunBegun``'s)."""
+    return run_body(conversation_id, slot_id, created_at_ms)
 
 
 def cleared_body(conversation_id: str, created_at_ms: int) -> bytes:

@@ -56,7 +56,7 @@ def seal_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppend
     if isinstance(event, BatchAppended):
         return BatchAppended(event.conversation_id, event.append_id, "", b"", event.message_count,
                              event.content_bytes, event.created_at_ms, event.expected_last, sealed, event.fence,
-                             event.run_id)
+                             event.run_id, event.turn_id, event.turn_position)
     return TurnReplaced(event.conversation_id, event.append_id, "", b"", event.message_count, event.content_bytes,
                         event.created_at_ms, event.old_turn_id, event.reason, sealed, event.fence, event.run_id)
 

@@ -22,10 +22,12 @@ __all__ = [
     "LONG_MIN",
     "REPLACE_REASONS",
     "InvalidField",
+    "check_allocated_record",
     "check_batch_record",
     "check_cleared_record",
     "check_replaced_record",
     "check_run_record",
+    "slot_turn_problem",
     "turn_id_problem",
 ]
 
@@ -104,6 +106,29 @@ def check_batch_record(rec: dict[str, Any]) -> None:
     _valid_batch_fields(rec)
     if rec["expected_last"]:  # None (no precondition) and "" (no append yet) need no check
         _valid_id(rec, "expected_last", AppendID)
+    turn_id, position = rec.get("turn_id"), rec.get("turn_position")
+    if turn_id is not None or position is not None:  # version 5: a turn slot, both fields or neither
+        if turn_id is None or position is None:
+            raise InvalidField("turn_id" if turn_id is None else "turn_position",
+                               "a turn slot has both turn_id and turn_position")
+        problem = slot_turn_problem(turn_id)
+        if problem:
+            raise InvalidField("turn_id", problem)
+        _valid_int(rec, "turn_position", 1, LONG_MAX)
+
+
+def slot_turn_problem(value: str) -> str:
+    """Why ``value`` is not a turn slot's id, ``<slot id>/0`` ("" when it is)."""
+    problem = turn_id_problem(value)
+    if problem:
+        return problem
+    return "" if MessageID.parse(value).index == 0 else "not a turn slot's id (<slot id>/0)"
+
+
+def check_allocated_record(rec: dict[str, Any]) -> None:
+    """A ``TurnAllocated`` record's fields."""
+    _valid_common(rec)
+    _valid_id(rec, "slot_id", AppendID)
 
 
 def check_cleared_record(rec: dict[str, Any]) -> None:

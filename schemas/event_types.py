@@ -16,15 +16,16 @@ from schemas.times import check_time_ms
 if TYPE_CHECKING:  # pragma: no cover
     from schemas.batch import Batch
     from schemas.runs import Fence
+    from schemas.slots import TurnSlot
 
-__all__ = ["NAMESPACE", "BatchAppended", "ConversationCleared", "Event", "RunBegun", "TurnReplaced"]
+__all__ = ["NAMESPACE", "BatchAppended", "ConversationCleared", "Event", "RunBegun", "TurnAllocated", "TurnReplaced"]
 
 NAMESPACE: Final = "histlog.events"
 
 
 @dataclass(frozen=True, slots=True)
 class BatchAppended:
-    """One atomic append of a batch (``schemas/batch_appended.v4.avsc``).
+    """One atomic append of a batch (``schemas/batch_appended.v5.avsc``).
 
     ``messages`` is the canonical JSON array that ``digest`` (``"sha256:" + hex``) was computed
     over; admission recomputes the digest from these bytes.
@@ -49,20 +50,26 @@ class BatchAppended:
     """Version 4: the epoch of the writer's run (``begin_run``); None: no fence."""
     run_id: str | None = None
     """Version 4: the run that wrote it (traceability, ``run_wrote_history``); None: none."""
+    turn_id: str | None = None
+    """Version 5: the turn slot's id (``<slot id>/0``) its first user-led turn is filed under; None: none."""
+    turn_position: int | None = None
+    """Version 5: that slot's position (set with ``turn_id``)."""
 
     @classmethod
     def of(cls, batch: Batch, created_at_ms: int, expected_last: str | None = None,
-           fence: Fence | None = None) -> BatchAppended:
+           fence: Fence | None = None, slot: TurnSlot | None = None) -> BatchAppended:
         """The event that appends ``batch`` (the one place a Batch becomes an event); its run is
-        the batch's ``run_id``, else the fence's.
+        the batch's ``run_id``, else the fence's; ``slot`` files its user-led turn under a slot.
 
         Raises ``InvalidConfiguration`` for an unrepresentable ``created_at_ms``."""
-        if fence is None:  # the common case: a batch's own run, no fence
+        if fence is None and slot is None:  # the common case: a batch's own run, no fence, no slot
             return cls(batch.conversation_id, batch.append_id, batch.digest, batch.canonical_json(), len(batch),
                        batch.content_bytes(), check_time_ms(created_at_ms), expected_last, None, None, batch.run_id)
-        run_id = batch.run_id if batch.run_id is not None else fence.run_id
+        run_id = batch.run_id if batch.run_id is not None or fence is None else fence.run_id
         return cls(batch.conversation_id, batch.append_id, batch.digest, batch.canonical_json(), len(batch),
-                   batch.content_bytes(), check_time_ms(created_at_ms), expected_last, None, fence.epoch, run_id)
+                   batch.content_bytes(), check_time_ms(created_at_ms), expected_last, None,
+                   None if fence is None else fence.epoch, run_id,
+                   None if slot is None else slot.turn_id, None if slot is None else slot.position)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +95,19 @@ class RunBegun:
 
     conversation_id: str
     run_id: str
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class TurnAllocated:
+    """A turn slot of the conversation (``schemas/turn_allocated.avsc``, ``allocate_turn``):
+    admission gives a new slot the conversation's next turn position, or the one it already has.
+    Its record key's second part is the slot id."""
+
+    AVRO_NAME: ClassVar[str] = f"{NAMESPACE}.TurnAllocated"
+
+    conversation_id: str
+    slot_id: str
     created_at_ms: int
 
 
@@ -132,4 +152,4 @@ class TurnReplaced:
                    None if fence is None else fence.epoch, run_id)
 
 
-Event = BatchAppended | ConversationCleared | TurnReplaced | RunBegun
+Event = BatchAppended | ConversationCleared | TurnReplaced | RunBegun | TurnAllocated

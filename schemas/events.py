@@ -61,12 +61,16 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 
 from schemas.errors import CorruptLog
 from schemas.event_body import (
+    ALLOCATED_FIELDS,
     BATCH_FIELDS,
     CLEARED_FIELDS,
     REPLACED_FIELDS,
     RUN_FIELDS,
     SEALED_FIELDS,
+    SLOT_FIELDS,
     TAIL_FIELDS,
+    Tail,
+    allocated_body,
     batch_body,
     cleared_body,
     replaced_body,
@@ -79,12 +83,21 @@ from schemas.event_rules import (
     LONG_MIN,
     REPLACE_REASONS,
     InvalidField,
+    check_allocated_record,
     check_batch_record,
     check_cleared_record,
     check_replaced_record,
     check_run_record,
 )
-from schemas.event_types import NAMESPACE, BatchAppended, ConversationCleared, Event, RunBegun, TurnReplaced
+from schemas.event_types import (
+    NAMESPACE,
+    BatchAppended,
+    ConversationCleared,
+    Event,
+    RunBegun,
+    TurnAllocated,
+    TurnReplaced,
+)
 from schemas.sealed import Sealed
 from schemas.times import check_time_ms
 
@@ -92,18 +105,21 @@ __all__ = [
     "BATCH_APPENDED_FINGERPRINT",
     "BATCH_APPENDED_V1_FINGERPRINT",
     "BATCH_APPENDED_V2_FINGERPRINT",
+    "BATCH_APPENDED_V4_FINGERPRINT",
     "CONVERSATION_CLEARED_FINGERPRINT",
     "HEADER_SIZE",
     "MAGIC",
     "NAMESPACE",
     "REPLACE_REASONS",
     "RUN_BEGUN_FINGERPRINT",
+    "TURN_ALLOCATED_FINGERPRINT",
     "TURN_REPLACED_FINGERPRINT",
     "TURN_REPLACED_V1_FINGERPRINT",
     "BatchAppended",
     "ConversationCleared",
     "Event",
     "RunBegun",
+    "TurnAllocated",
     "TurnReplaced",
     "current_schema",
     "decode_event",
@@ -125,21 +141,23 @@ HEADER_SIZE: Final = 10
 _SCHEMA_DIR: Final = Path(__file__).resolve().parent
 
 _CURRENT_FILES: Final[dict[str, str]] = {
-    BatchAppended.AVRO_NAME: "batch_appended.v4.avsc",
+    BatchAppended.AVRO_NAME: "batch_appended.v5.avsc",
     ConversationCleared.AVRO_NAME: "conversation_cleared.avsc",
     TurnReplaced.AVRO_NAME: "turn_replaced.v3.avsc",
     RunBegun.AVRO_NAME: "run_begun.avsc",
+    TurnAllocated.AVRO_NAME: "turn_allocated.avsc",
 }
 _HISTORIC_FILES: Final = ("batch_appended.v1.avsc", "batch_appended.avsc", "turn_replaced.avsc",
-                          "batch_appended.v3.avsc", "turn_replaced.v2.avsc")
+                          "batch_appended.v3.avsc", "turn_replaced.v2.avsc", "batch_appended.v4.avsc")
 """Older writer schemas that logs may hold: registered at import, so old logs still replay.
 They are also what ``encode_event`` writes an event *without* a run or fence with, byte for byte
 what earlier releases wrote (so their readers still read it): a plain one with
 ``batch_appended.avsc`` (version 2) / ``turn_replaced.avsc`` (version 1), a sealed one with
-``batch_appended.v3.avsc`` / ``turn_replaced.v2.avsc``. Only a write with a run or a fence needs
-the current versions (4 and 3)."""
+``batch_appended.v3.avsc`` / ``turn_replaced.v2.avsc``; a batch with a run or a fence but no turn
+slot with ``batch_appended.v4.avsc``. Only a write with a run or a fence needs ``TurnReplaced`` v3,
+and only a batch filed under a turn slot ``BatchAppended`` v5."""
 _PREFIX_FILES: Final = ("batch_appended.avsc", "turn_replaced.avsc", "batch_appended.v3.avsc",
-                        "turn_replaced.v2.avsc")
+                        "turn_replaced.v2.avsc", "batch_appended.v4.avsc")
 """The historic writers whose fields are the current schema's first fields exactly: their bodies
 are read as written, without fastavro's schema resolution (which costs about as much again per
 record on replay); the dataclass's defaults (None) fill the fields they lack."""
@@ -194,11 +212,17 @@ def _build_run(rec: dict[str, Any]) -> Event:
     return RunBegun(**rec)
 
 
+def _build_allocated(rec: dict[str, Any]) -> Event:
+    check_allocated_record(rec)
+    return TurnAllocated(**rec)
+
+
 _BUILDERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
     BatchAppended.AVRO_NAME: _build_batch,
     ConversationCleared.AVRO_NAME: _build_cleared,
     TurnReplaced.AVRO_NAME: _build_replaced,
     RunBegun.AVRO_NAME: _build_run,
+    TurnAllocated.AVRO_NAME: _build_allocated,
 }
 
 
@@ -231,6 +255,9 @@ TURN_REPLACED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[TurnReplaced.AVR
 RUN_BEGUN_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[RunBegun.AVRO_NAME]
 """Fingerprint bytes of the ``RunBegun`` schema (frame bytes 2..9)."""
 
+TURN_ALLOCATED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[TurnAllocated.AVRO_NAME]
+"""Fingerprint bytes of the ``TurnAllocated`` schema (frame bytes 2..9)."""
+
 _WRITERS: dict[bytes, _Writer] = {
     fp: _Writer(fp, name, _CURRENT[name], None, _BUILDERS[name]) for name, fp in _CURRENT_FINGERPRINTS.items()
 }
@@ -240,6 +267,7 @@ _PREFIX_BATCH: Final = MAGIC + BATCH_APPENDED_FINGERPRINT
 _PREFIX_CLEARED: Final = MAGIC + CONVERSATION_CLEARED_FINGERPRINT
 _PREFIX_REPLACED: Final = MAGIC + TURN_REPLACED_FINGERPRINT
 _PREFIX_RUN: Final = MAGIC + RUN_BEGUN_FINGERPRINT
+_PREFIX_ALLOCATED: Final = MAGIC + TURN_ALLOCATED_FINGERPRINT
 
 
 def _full_name(name: str) -> str:
@@ -323,10 +351,13 @@ BATCH_APPENDED_V3_FINGERPRINT: Final[bytes] = _HISTORIC_PRINTS["batch_appended.v
 """Fingerprint bytes of ``BatchAppended`` version 3: what a sealed batch without run or fence is written with."""
 TURN_REPLACED_V2_FINGERPRINT: Final[bytes] = _HISTORIC_PRINTS["turn_replaced.v2.avsc"]
 """Fingerprint bytes of ``TurnReplaced`` version 2: what a sealed replacement without run or fence is written with."""
+BATCH_APPENDED_V4_FINGERPRINT: Final[bytes] = _HISTORIC_PRINTS["batch_appended.v4.avsc"]
+"""Fingerprint bytes of ``BatchAppended`` version 4: what a batch with a run or fence, no turn slot, is written with."""
 _PREFIX_PLAIN_BATCH: Final = MAGIC + BATCH_APPENDED_V2_FINGERPRINT
 _PREFIX_PLAIN_REPLACED: Final = MAGIC + TURN_REPLACED_V1_FINGERPRINT
 _PREFIX_SEALED_BATCH: Final = MAGIC + BATCH_APPENDED_V3_FINGERPRINT
 _PREFIX_SEALED_REPLACED: Final = MAGIC + TURN_REPLACED_V2_FINGERPRINT
+_PREFIX_RUN_BATCH: Final = MAGIC + BATCH_APPENDED_V4_FINGERPRINT
 
 
 def _layout(schema: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -346,12 +377,14 @@ def _layout(schema: dict[str, Any]) -> list[tuple[str, Any]]:
 _SEALED_LAYOUT: Final = ("sealed", ["null", list(SEALED_FIELDS)])
 assert _layout(_WRITERS[BATCH_APPENDED_V2_FINGERPRINT].schema) == list(BATCH_FIELDS)
 assert _layout(_WRITERS[BATCH_APPENDED_V3_FINGERPRINT].schema) == [*BATCH_FIELDS, _SEALED_LAYOUT]
-assert _layout(_CURRENT[BatchAppended.AVRO_NAME]) == [*BATCH_FIELDS, _SEALED_LAYOUT, *TAIL_FIELDS]
+assert _layout(_WRITERS[BATCH_APPENDED_V4_FINGERPRINT].schema) == [*BATCH_FIELDS, _SEALED_LAYOUT, *TAIL_FIELDS]
+assert _layout(_CURRENT[BatchAppended.AVRO_NAME]) == [*BATCH_FIELDS, _SEALED_LAYOUT, *TAIL_FIELDS, *SLOT_FIELDS]
 assert _layout(_WRITERS[TURN_REPLACED_V1_FINGERPRINT].schema) == list(REPLACED_FIELDS)
 assert _layout(_WRITERS[TURN_REPLACED_V2_FINGERPRINT].schema) == [*REPLACED_FIELDS, _SEALED_LAYOUT]
 assert _layout(_CURRENT[TurnReplaced.AVRO_NAME]) == [*REPLACED_FIELDS, _SEALED_LAYOUT, *TAIL_FIELDS]
 assert _layout(_CURRENT[ConversationCleared.AVRO_NAME]) == list(CLEARED_FIELDS)
 assert _layout(_CURRENT[RunBegun.AVRO_NAME]) == list(RUN_FIELDS)
+assert _layout(_CURRENT[TurnAllocated.AVRO_NAME]) == list(ALLOCATED_FIELDS)
 
 # --------------------------------------------------------------------------- codec
 
@@ -366,6 +399,21 @@ def _check_int(value: object, field: str, lo: int, hi: int) -> None:
         raise TypeError(f"{field} must be int, not {type(value).__name__}")
     if not lo <= value <= hi:
         raise ValueError(f"{field} {value} is outside [{lo}, {hi}]")
+
+
+def _sealed_parts(sealed: object) -> tuple[str, bytes, bytes, bytes] | None:
+    """A ``sealed`` field's parts for ``schemas.event_body``, its types and sizes checked."""
+    if sealed is None:
+        return None
+    if not isinstance(sealed, Sealed):
+        raise TypeError(f"sealed must be a schemas.sealed.Sealed, not {type(sealed).__name__}")
+    _check_str(sealed.key_id, "sealed.key_id")
+    for name in ("nonce", "ciphertext", "mac"):
+        if type(getattr(sealed, name)) is not bytes:
+            raise TypeError(f"sealed.{name} must be bytes")
+    if len(sealed.nonce) != 12 or len(sealed.mac) != 32:
+        raise ValueError("sealed.nonce is 12 bytes and sealed.mac 32 (Avro fixed)")
+    return sealed.key_id, sealed.nonce, sealed.ciphertext, sealed.mac
 
 
 def encode_event(event: Event) -> bytes:
@@ -395,18 +443,8 @@ def encode_event(event: Event) -> bytes:
         _check_int(event.created_at_ms, "created_at_ms", LONG_MIN, LONG_MAX)
         check_time_ms(event.created_at_ms)
         sealed = event.sealed
-        parts: tuple[str, bytes, bytes, bytes] | None = None
-        if sealed is not None:
-            if not isinstance(sealed, Sealed):
-                raise TypeError(f"sealed must be a schemas.sealed.Sealed, not {type(sealed).__name__}")
-            _check_str(sealed.key_id, "sealed.key_id")
-            for name in ("nonce", "ciphertext", "mac"):
-                if type(getattr(sealed, name)) is not bytes:
-                    raise TypeError(f"sealed.{name} must be bytes")
-            if len(sealed.nonce) != 12 or len(sealed.mac) != 32:
-                raise ValueError("sealed.nonce is 12 bytes and sealed.mac 32 (Avro fixed)")
-            parts = (sealed.key_id, sealed.nonce, sealed.ciphertext, sealed.mac)
-        tail: tuple[int | None, str | None] | None = None
+        parts = _sealed_parts(sealed)
+        tail: Tail | None = None
         if event.fence is not None or event.run_id is not None:
             if event.fence is not None:
                 _check_int(event.fence, "fence", LONG_MIN, LONG_MAX)
@@ -416,7 +454,15 @@ def encode_event(event: Event) -> bytes:
         if isinstance(event, BatchAppended):
             if event.expected_last is not None:
                 _check_str(event.expected_last, "expected_last")
-            prefix = _PREFIX_BATCH if tail else _PREFIX_PLAIN_BATCH if sealed is None else _PREFIX_SEALED_BATCH
+            if event.turn_id is not None or event.turn_position is not None:
+                if event.turn_id is not None:
+                    _check_str(event.turn_id, "turn_id")
+                if event.turn_position is not None:
+                    _check_int(event.turn_position, "turn_position", LONG_MIN, LONG_MAX)
+                tail = (event.fence, event.run_id, event.turn_id, event.turn_position)
+                prefix = _PREFIX_BATCH
+            else:
+                prefix = _PREFIX_RUN_BATCH if tail else _PREFIX_PLAIN_BATCH if sealed is None else _PREFIX_SEALED_BATCH
             return prefix + batch_body(
                 event.conversation_id, event.append_id, event.digest, event.messages, event.message_count,
                 event.content_bytes, event.created_at_ms, event.expected_last, parts, tail)
@@ -426,14 +472,17 @@ def encode_event(event: Event) -> bytes:
         return prefix + replaced_body(
             event.conversation_id, event.append_id, event.digest, event.messages, event.message_count,
             event.content_bytes, event.created_at_ms, event.old_turn_id, event.reason, parts, tail)
-    if cls is ConversationCleared or cls is RunBegun:
-        assert isinstance(event, ConversationCleared | RunBegun)  # Invariant: narrowed by the exact type check above.
+    if cls is ConversationCleared or cls is RunBegun or cls is TurnAllocated:
+        assert isinstance(event, ConversationCleared | RunBegun | TurnAllocated)  # Invariant: the type check above.
         _check_str(event.conversation_id, "conversation_id")
         _check_int(event.created_at_ms, "created_at_ms", LONG_MIN, LONG_MAX)
         check_time_ms(event.created_at_ms)
         if isinstance(event, RunBegun):
             _check_str(event.run_id, "run_id")
             return _PREFIX_RUN + run_body(event.conversation_id, event.run_id, event.created_at_ms)
+        if isinstance(event, TurnAllocated):
+            _check_str(event.slot_id, "slot_id")
+            return _PREFIX_ALLOCATED + allocated_body(event.conversation_id, event.slot_id, event.created_at_ms)
         return _PREFIX_CLEARED + cleared_body(event.conversation_id, event.created_at_ms)
     raise TypeError(f"not a histlog event: {cls.__name__}")
 

@@ -57,7 +57,8 @@ class StoredMessage:
 
 @dataclass(frozen=True, slots=True)
 class HistoryTurn:
-    """A visible user-led turn: ``id`` (the id of its user message, stable), ``position`` (its
+    """A visible user-led turn: ``id`` (the id of its user message, stable; for a turn filed under
+    a slot, ``allocate_turn``'s ``TurnSlot.turn_id``), ``position`` (its
     ``HistoryPosition.turn``: compare, never count), the ids of its user message and of its
     last assistant message (None until there is one), and its messages in stored order."""
 

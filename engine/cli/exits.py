@@ -5,7 +5,7 @@
 1     anything else (a damaged log, an unexpected error): one line saying what to do
 2     bad input: one clear line on stderr (``histlog: error: ...``), never a traceback
 3     conflict or closed (``AppendConflict``, ``ConversationClosed``, ``PreconditionFailed``,
-      ``TurnNotReplaceable``, ``Fenced``)
+      ``TurnNotReplaceable``, ``Fenced``, ``SlotUnavailable``)
 4     backend unavailable (``LogUnavailable``, ``CommitUnconfirmed``, ``StateUnavailable``: a
       data or state dir another process holds, a state that failed)
 141   stdout was closed by its reader (``histlog read c | head -1``): nothing more is printed
@@ -39,6 +39,7 @@ from schemas.errors import (
     LogUnavailable,
     NotFound,
     PreconditionFailed,
+    SlotUnavailable,
     StateUnavailable,
     TurnNotReplaceable,
     WindowTooSmall,
@@ -68,7 +69,8 @@ def exit_code(exc: BaseException) -> int:
     """The exit code for an error (see the module docstring)."""
     if isinstance(exc, _BAD_INPUT):
         return BAD_INPUT
-    if isinstance(exc, AppendConflict | ConversationClosed | PreconditionFailed | TurnNotReplaceable | Fenced):
+    if isinstance(exc, AppendConflict | ConversationClosed | PreconditionFailed | TurnNotReplaceable | Fenced
+                  | SlotUnavailable):
         return CONFLICT
     if isinstance(exc, LogUnavailable | CommitUnconfirmed | StateUnavailable):
         return UNAVAILABLE

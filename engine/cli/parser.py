@@ -17,7 +17,15 @@ from engine.cli.ops import cmd_rebuild, cmd_stats, cmd_tail
 from engine.cli.reads import cmd_list, cmd_locate, cmd_read, cmd_turns
 from engine.cli.target import DEFAULT_DATA, DEFAULT_TOPIC, Target
 from engine.cli.tools import cmd_bench, cmd_demo, cmd_log_verify, cmd_replay
-from engine.cli.writes import cmd_append, cmd_clear, cmd_clear_prefix, cmd_replace_turn, cmd_run_begin, cmd_run_show
+from engine.cli.writes import (
+    cmd_append,
+    cmd_clear,
+    cmd_clear_prefix,
+    cmd_replace_turn,
+    cmd_run_begin,
+    cmd_run_show,
+    cmd_turn_allocate,
+)
 
 SERVER_MISSING: str | None = None
 """Why ``histlog serve`` cannot run here (histlog[server] is not installed), or None. Every other
@@ -111,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fence", metavar="EPOCH", type=_integer,
                    help="with --run: the run's epoch from `histlog run begin`; refused (exit 3) once a later "
                         "run of the conversation began")
+    p.add_argument("--turn", metavar="TURN_ID:POSITION",
+                   help="file the batch's user-led turn under this slot from `histlog turn allocate`; refused "
+                        "(exit 3) when the slot was used, or a later turn was filed first")
 
     p = command("read", cmd_read, "print a conversation, or a window of it",
                 "Print a conversation: one line per message, [TURN:SEQ] role: text. "
@@ -216,6 +227,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("run", metavar="RUN")
     p.add_argument("--root-turn", metavar="TURN_ID", help="a turn id (see `histlog turns`)")
     p.add_argument("--json", action="store_true", help='print {"wrote_history", "request_message_id"}')
+
+    p = command("turn", None, "turn slots (turn allocate)")
+    turn_sub = p.add_subparsers(dest="turn_command", metavar="TURN_COMMAND", parser_class=_Parser, required=True)
+    p = command("allocate", cmd_turn_allocate, "reserve the conversation's next turn: print its slot",
+                "Reserve CONVERSATION's next turn before any of its messages exist and print the slot: its "
+                "turn id and position, which `histlog append --turn TURN_ID:POSITION` files a turn under. "
+                "A slot is spent whether or not it is used; using it twice, or after a later turn, exits 3.",
+                into=turn_sub)
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("--json", action="store_true", help='print {"conversation_id", "turn_id", "position"}')
 
     p = command("stats", cmd_stats, "log offsets, lag and admission counts")
     p.add_argument("--json", action="store_true", help="one JSON object")

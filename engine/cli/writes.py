@@ -1,6 +1,6 @@
 """The commands that write: ``append``, ``replace-turn``, ``clear``, ``clear-prefix``, ``run begin`` (and
-``run show``, beside it). Each builds its input from the arguments (a ``Batch`` validates before
-any I/O), makes one engine call and prints the receipt as the schemas serialise it."""
+``run show``, beside it), ``turn allocate``. Each builds its input from the arguments (a ``Batch``
+validates before any I/O), makes one engine call and prints the receipt as the schemas serialise it."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ from engine.cli.exits import OK, UsageError
 from engine.cli.target import Target
 from engine.render import print_lines
 from schemas.batch import Batch
-from schemas.errors import InvalidBatch, NotFound
+from schemas.errors import InvalidBatch, InvalidRequest, NotFound
 from schemas.ids import ConversationID
-from schemas.messages import Message, Role, TextPart
+from schemas.messages import Message, Role, TextPart, starts_turn
 from schemas.runs import Fence
+from schemas.slots import TurnSlot
 
-__all__ = ["cmd_append", "cmd_clear", "cmd_clear_prefix", "cmd_replace_turn", "cmd_run_begin", "cmd_run_show"]
+__all__ = ["cmd_append", "cmd_clear", "cmd_clear_prefix", "cmd_replace_turn", "cmd_run_begin", "cmd_run_show",
+           "cmd_turn_allocate"]
 
 
 def _batch_file(conversation: str, append_id: str, path: str) -> Batch:
@@ -47,10 +49,11 @@ def cmd_append(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
             raise UsageError("--role tool needs a tool result; use --file with a tool_result part")
         batch = Batch(ns.conversation, ns.append_id, [Message(role, [TextPart(ns.text)])])
     fence = _fence(ns, batch)
+    turn = _turn(ns.turn, batch)
     if ns.run is not None:
         batch = Batch(batch.conversation_id, batch.append_id, batch.messages, run_id=ns.run)
     with target.open() as engine:
-        receipt = engine.append(batch, fence=fence)
+        receipt = engine.append(batch, fence=fence, turn=turn)
     print_lines(out, receipt.to_json().decode())
     return OK
 
@@ -62,6 +65,24 @@ def _fence(ns: argparse.Namespace, batch: Batch) -> Fence | None:
     if ns.run is None:
         raise UsageError("--fence needs --run: the run that `histlog run begin` gave that epoch")
     return Fence(batch.conversation_id, ns.run, ns.fence)
+
+
+def _turn(text: str | None, batch: Batch) -> TurnSlot | None:
+    """``--turn TURN_ID:POSITION`` (what `histlog turn allocate` prints) as the append's turn slot."""
+    if text is None:
+        return None
+    turn_id, sep, position = text.rpartition(":")
+    if not sep or not turn_id or not position.isascii() or not position.isdigit():
+        raise UsageError(f"--turn {text!r}: expected TURN_ID:POSITION, the slot `histlog turn allocate` printed "
+                         "(e.g. --turn slot-0190.../0:3)")
+    try:
+        slot = TurnSlot(batch.conversation_id, turn_id, int(position))
+    except InvalidRequest as exc:
+        raise UsageError(f"--turn {text!r}: {exc}") from None
+    if not any(starts_turn(m) for m in batch.messages):
+        raise UsageError("--turn files a turn, and the batch has no user message that opens one: append a user "
+                         "message (--role user, the default) or leave --turn out")
+    return slot
 
 
 def cmd_replace_turn(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
@@ -124,4 +145,14 @@ def cmd_run_show(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     else:
         print_lines(out, f"wrote history: {'yes' if wrote else 'no'}"
                          + (f"\nrequest: {request or 'none'}" if ns.root_turn is not None else ""))
+    return OK
+
+
+def cmd_turn_allocate(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    with target.open() as engine:
+        slot = engine.allocate_turn(ns.conversation)
+    tree = {"conversation_id": str(slot.conversation_id), "turn_id": slot.turn_id, "position": slot.position}
+    print_lines(out, json.dumps(tree) if ns.json else
+                f"turn {slot.turn_id} of {slot.conversation_id} reserved at position {slot.position}: append "
+                f"with --turn {slot.turn_id}:{slot.position}")
     return OK

@@ -56,6 +56,7 @@ from engine.service.wire import (
 )
 from engine.service.wire_bulk import cleared_of
 from engine.service.wire_runs import fence_of, run_of
+from engine.service.wire_slots import slot_of, turn_json
 from projections.navigation import Order
 from projections.reads import Unit
 from schemas.batch import (
@@ -72,14 +73,15 @@ from schemas.batch import (
 from schemas.errors import InvalidBatch, InvalidRequest, InvalidWindow, LogUnavailable, NotFound
 from schemas.event_rules import REPLACE_REASONS
 from schemas.ids import ConversationID, MessageID, RunID
-from schemas.messages import Message, Role
+from schemas.messages import Message, Role, starts_turn
 from schemas.positions import HistoryPosition, LogPosition
 from schemas.runs import Fence, check_fence
+from schemas.slots import TurnSlot, check_slot
 
-__all__ = ["Plan", "append", "begin_run", "clear", "clear_prefix", "conversations", "entries", "entries_by_ids",
-           "latest_interrupted_checkpoint", "latest_turn", "locate", "measure", "poison", "position_of", "read",
-           "read_within_bytes", "replace_turn", "run_request_message", "run_wrote_history", "stats", "turn",
-           "turn_sources", "turn_sources_by_ids", "turns", "window", "window_entries"]
+__all__ = ["Plan", "allocate_turn", "append", "begin_run", "clear", "clear_prefix", "conversations", "entries",
+           "entries_by_ids", "latest_interrupted_checkpoint", "latest_turn", "locate", "measure", "poison",
+           "position_of", "read", "read_within_bytes", "replace_turn", "run_request_message", "run_wrote_history",
+           "stats", "turn", "turn_sources", "turn_sources_by_ids", "turns", "window", "window_entries"]
 
 T = TypeVar("T")
 Plan = Generator[Request, Any, T]
@@ -134,12 +136,16 @@ def _params(**given: object) -> dict[str, str]:
 
 
 # ----- writes
-def _put(batch: Batch, extra: dict[str, Any], timeout: float | None, fence: Fence | None = None) -> Plan[Receipt]:
+def _put(batch: Batch, extra: dict[str, Any], timeout: float | None, fence: Fence | None = None,
+         turn: object = None) -> Plan[Receipt]:
     """The append's ``PUT``; with ``fence``, its epoch as ``"fence"``, and the batch's run (else the
-    fence's) as ``"run_id"``, as the engine records it."""
+    fence's) as ``"run_id"``, as the engine records it; with ``turn``, the slot as ``"turn"``."""
     fence = check_fence(fence, batch.conversation_id)
+    slot = _slot(turn, batch)
     if fence is not None:
         extra = {**extra, "fence": fence.epoch}
+    if slot is not None:
+        extra = {**extra, "turn": turn_json(slot)}
     run = batch.run_id if batch.run_id is not None or fence is None else fence.run_id
     if run is not None:
         extra = {**extra, "run_id": str(run)}
@@ -153,8 +159,9 @@ def _put(batch: Batch, extra: dict[str, Any], timeout: float | None, fence: Fenc
 
 
 def append(batch: Batch, timeout: float | None = None, *, expected_last: Receipt | Empty | None = None,
-           fence: Fence | None = None) -> Plan[Receipt]:
-    """``HistoryEngine.append``: ``PUT .../appends/{a}``; a resend returns the original receipt."""
+           fence: Fence | None = None, turn: TurnSlot | None = None) -> Plan[Receipt]:
+    """``HistoryEngine.append``: ``PUT .../appends/{a}``; a resend returns the original receipt.
+    ``turn``: the slot as ``"turn"`` (a refused slot is the server's 409 ``SlotUnavailable``)."""
     _timeout(timeout)
     _batch(batch)
     expected = expected_of(batch, expected_last)
@@ -164,7 +171,18 @@ def append(batch: Batch, timeout: float | None = None, *, expected_last: Receipt
     elif expected is not None:
         assert isinstance(expected_last, Receipt)  # Invariant: expected_of accepted it as a Receipt.
         extra["expected_last"] = expected_last.to_dict()
-    return _put(batch, extra, timeout, fence)
+    return _put(batch, extra, timeout, fence, turn)
+
+
+def _slot(turn: object, batch: Batch) -> TurnSlot | None:
+    """``turn`` checked by the engine's rules before any request: None or a ``TurnSlot``
+    (``InvalidRequest``) of the batch's conversation (``SlotUnavailable``), for a batch with a
+    user message that opens a turn (``InvalidBatch``)."""
+    slot = check_slot(turn, batch.conversation_id)
+    if slot is not None and not any(starts_turn(m) for m in batch.messages):
+        raise InvalidBatch(f"invalid turn: the batch has no user message that opens a turn, so it cannot be "
+                           f"filed under turn slot {slot.turn_id!r}; append it without turn=")
+    return slot
 
 
 def replace_turn(batch: Batch, old_turn_id: str, reason: str, timeout: float | None = None, *,
@@ -186,6 +204,18 @@ def begin_run(conversation_id: str, run_id: str, timeout: float | None = None) -
     path = f"{_conv(conversation_id)}/runs/{_seg(RunID(run_id))}"
     tree = yield Request("POST", path, write=True, timeout=timeout, conversation=str(conversation_id))
     return fence_of(tree)
+
+
+def allocate_turn(conversation_id: str, timeout: float | None = None) -> Plan[TurnSlot]:
+    """``HistoryEngine.allocate_turn``: ``POST .../turn-slots`` (each call reserves a new position;
+    a slot left unused costs nothing)."""
+    _timeout(timeout)
+    path = f"{_conv(conversation_id)}/turn-slots"
+    slot = slot_of((yield Request("POST", path, write=True, timeout=timeout, conversation=str(conversation_id))))
+    if slot.conversation_id != conversation_id:
+        raise InvalidRequest(f"the service answered allocate_turn of {str(conversation_id)!r} with a slot of "
+                             f"{str(slot.conversation_id)!r}; is it a histlog server?")
+    return slot
 
 
 def _run(conversation_id: str, run_id: str, root_turn: str | None) -> Plan[Any]:

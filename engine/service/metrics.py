@@ -11,8 +11,8 @@ Two sources:
   the series stay few whatever the traffic. The append route's answers are also counted by
   outcome, ``histlog_appends_total{outcome}``: ``ok`` (accepted, or an identical retry: the same
   receipt, by design indistinguishable), ``conflict``, ``not_replaceable``, ``closed``,
-  ``precondition_failed``, ``invalid``, ``unavailable``, ``unconfirmed`` (from the status and the
-  problem's title).
+  ``precondition_failed``, ``fenced``, ``slot_unavailable``, ``invalid``, ``unavailable``,
+  ``unconfirmed`` (from the status and the problem's title).
 - **The engine**, from ``HistoryEngine.stats()`` read by ``StatsProbe`` and shown by
   ``EngineCollector`` (nothing on the request path): admission's decisions
   ``histlog_admission_decisions_total{outcome}`` (accepted, duplicate, conflict, closed,
@@ -77,7 +77,7 @@ _IDLE_S = 60.0
 UNMATCHED = "unmatched"
 APPEND_ROUTE = ("PUT", "/v1/conversations/{c}/appends/{a}")
 _OUTCOMES = {"AppendConflict": "conflict", "TurnNotReplaceable": "not_replaceable", "ConversationClosed": "closed",
-             "Fenced": "fenced",
+             "Fenced": "fenced", "SlotUnavailable": "slot_unavailable",
              "PreconditionFailed": "precondition_failed", "CommitUnconfirmed": "unconfirmed"}
 _LAG_SAMPLES = 1024
 _BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -31,7 +31,7 @@ _ERRORS = {
     400: "invalid request (malformed JSON, unknown member, wrong type, invalid id, bad parameter)",
     401: "missing or wrong bearer token",
     404: "no such conversation, message or route",
-    409: "append conflict (the append id names other content) or turn not replaceable",
+    409: "append conflict (the append id names other content), turn not replaceable, fenced, or slot unavailable",
     410: "the conversation is closed",
     412: "expected_last does not match",
     413: "request body over the server's limit",

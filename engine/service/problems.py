@@ -38,6 +38,7 @@ STATUS: dict[type[HistoryError], int] = {
     errors.AppendConflict: 409,
     errors.TurnNotReplaceable: 409,
     errors.Fenced: 409,
+    errors.SlotUnavailable: 409,
     errors.ConversationClosed: 410,
     errors.PreconditionFailed: 412,
     errors.NotOwner: 421,

@@ -22,7 +22,7 @@ from starlette.responses import Response
 from engine.arguments import EMPTY, check_clear_prefix
 from engine.cluster.ownership import OwnershipMap
 from engine.runs import check_root_turn
-from engine.service import wire, wire_bulk, wire_runs
+from engine.service import wire, wire_bulk, wire_runs, wire_slots
 from engine.service.auth import read_body
 from engine.service.forward import Forwarder, is_forwarded
 from engine.service.routing import Param, Router, segment
@@ -118,6 +118,7 @@ async def put_append(request: Request, ctx: Context, query: dict[str, Any]) -> R
     c, a = segment(request, "c"), segment(request, "a")
     parsed = wire.append_body_of(await read_body(request, ctx.max_body))
     batch = Batch(c, a, parsed.messages, run_id=parsed.run_id)
+    turn = wire_slots.turn_slot_of(c, parsed.turn)  # a bad slot is a 400 before any I/O
     engine = ctx.router.engine(c)
     fence: Fence | None = None
     if parsed.fence is not None:  # its epoch: the run of that epoch, as this owner applied it
@@ -129,13 +130,18 @@ async def put_append(request: Request, ctx: Context, query: dict[str, Any]) -> R
         expected = parsed.expected_last
         receipt = await engine.append(batch, expected_last=(
             None if expected is None else EMPTY if expected == "empty" else wire.receipt_of(expected.model_dump())),
-            fence=fence)
+            fence=fence, turn=turn)
     return Response(wire.receipt_json(receipt), media_type="application/json")
 
 
 async def post_run(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c, run = segment(request, "c"), RunID(segment(request, "r"))
     return json_response(wire_runs.fence_json(await ctx.router.engine(c).begin_run(c, run)))
+
+
+async def post_turn_slot(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c = segment(request, "c")
+    return json_response(wire_slots.slot_json(await ctx.router.engine(c).allocate_turn(c)))
 
 
 async def get_run(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
@@ -354,6 +360,10 @@ OPS: tuple[Op, ...] = (
        (200, wire_runs.RunOut), query=(
            Param("root_turn", "str", "a turn id (HistoryTurn.id): only messages in that turn count, and the "
                  "request falls back to it"), _AT_LEAST)),
+    Op("POST", _C + "/turn-slots", "allocate_turn", "Reserve the conversation's next turn before any of its rows "
+       "exist: its turn id and position (an append files its user-led turn under it with \"turn\"; a slot is "
+       "spent whether or not it is used)", post_turn_slot, (200, wire_slots.TurnSlotOut),
+       errors=(400, 401, 410, 503, 504)),
     Op("DELETE", _C, "clear", "Close a conversation forever (idempotent)", delete_conversation, (204, None),
        errors=(400, 401, 503, 504)),
     Op("POST", "/v1/conversations:clear", "clear_prefix", "Clear every open conversation whose id starts with "

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from engine.cluster.ownership import OwnershipMap
 from engine.facade import EngineStats
+from engine.service.wire_slots import TurnIn
 from schemas.batch import HistoryLoad, HistoryTurn, Located, Measure, Receipt, StoredMessage, TurnSource
 from schemas.canonical import RawJSON, _Num, loads_exact
 from schemas.errors import HistoryError, InvalidBatch, InvalidRequest
@@ -116,13 +117,16 @@ class Replaces(BaseModel):
 class AppendBody(BaseModel):
     """The body of ``PUT .../appends/{a}``: the batch's messages, plus at most one of
     ``expected_last`` (a Receipt, or ``"empty"``) and ``replaces``; ``fence``: the epoch of the
-    writer's run (``begin_run``), ``run_id``: the run that writes the batch (traceability)."""
+    writer's run (``begin_run``), ``run_id``: the run that writes the batch (traceability);
+    ``turn``: the turn slot (``allocate_turn``) the batch's user-led turn is filed under (not with
+    ``replaces``)."""
     model_config = _STRICT
     messages: list[Message]
     expected_last: ReceiptModel | Literal["empty"] | None = None
     replaces: Replaces | None = None
     fence: Annotated[StrictInt, Field(ge=1)] | None = None
     run_id: str | None = None
+    turn: TurnIn | None = None
 
 
 class StoredMessageModel(BaseModel):
@@ -287,8 +291,8 @@ def _fail(exc: ValidationError, what: str, batch_fields: tuple[tuple[str, ...], 
 
 def append_body_of(body: bytes) -> AppendBody:
     """Parse and validate the body of an append. Raises ``InvalidRequest`` (not JSON, unknown
-    member, wrong type; ``expected_last`` with ``replaces``), ``InvalidBatch`` (a message, or
-    ``replaces``' turn id or reason, as ``replace_turn`` does)."""
+    member, wrong type; ``expected_last`` or ``turn`` with ``replaces``), ``InvalidBatch`` (a
+    message, or ``replaces``' turn id or reason, as ``replace_turn`` does)."""
     tree = body_tree(body)
     if not isinstance(tree, dict):
         raise InvalidRequest(f'request body: expected a JSON object {{"messages": [...]}}, got {_kind(tree)}')
@@ -298,6 +302,9 @@ def append_body_of(body: bytes) -> AppendBody:
         raise _fail(exc, "request", _BATCH_FIELDS) from None
     if parsed.expected_last is not None and parsed.replaces is not None:
         raise InvalidRequest("request body: give expected_last or replaces, not both")
+    if parsed.turn is not None and parsed.replaces is not None:
+        raise InvalidRequest("request body: turn goes with an append, not with replaces (a replacement keeps the "
+                             "position of the turn it replaces); send one of them")
     return parsed
 
 

@@ -54,6 +54,7 @@ from tests.conformance.by_ids_contract import ByIdsContract, check_by_ids
 from tests.conformance.facade_contract import Backend
 from tests.conformance.navigation_contract import NavigationContract, check_navigation, nav_queries
 from tests.conformance.runs_contract import RunsContract
+from tests.conformance.slots_contract import SlotsContract
 from tests.conformance.turns_model import content_json, is_interrupted, reference_window, starts_turn
 
 START = HistoryPosition.START
@@ -317,7 +318,7 @@ def seqs(load: HistoryLoad[StoredMessage]) -> tuple[list[int], bool]:
     return [e.position.seq for e in load.messages], load.truncated
 
 
-class ReadsContract(NavigationContract, ByIdsContract, RunsContract):
+class ReadsContract(NavigationContract, ByIdsContract, RunsContract, SlotsContract):
     """Read projections (docs/design.md §5.2: ``read_within_bytes``, ``turn_sources``, ``measure``,
     ``window``, ``entries``) equal the reference model on every backend."""
 

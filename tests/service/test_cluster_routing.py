@@ -467,3 +467,28 @@ def test_a_run_begun_through_a_non_owner_fences_writes_sent_to_either_member(clu
     with HistoryClient([cluster.a.url, cluster.b.url], token=TOKEN) as client:
         assert client.begin_run(c, "r2").epoch == 2
         assert client.run_wrote_history(c, "r2") is False
+
+
+def test_a_turn_slot_allocated_through_a_non_owner_is_decided_by_the_owner(cluster: Cluster) -> None:
+    c = conversation(2, f"slots-{uuid.uuid4().hex[:8]}")  # owned by B
+    owner, other = cluster.owner(c), cluster.other(c)
+    hi = {"role": "user", "parts": [{"kind": "text", "text": "hi"}]}
+    forwarded = other.forwarder.forwarded
+    status, _, slot = call(other.url, "POST", path(c, "/turn-slots"), headers=AUTH)
+    assert (status, slot["conversation_id"], slot["position"]) == (200, c, 1), slot  # decided by the owner, relayed
+    assert other.forwarder.forwarded == forwarded + 1
+    assert call(owner.url, "POST", path(c, "/turn-slots"), headers=AUTH)[2]["position"] == 2  # the owner's count
+    turn = {"turn_id": slot["turn_id"], "position": slot["position"]}
+    assert call(other.url, "PUT", path(c, "/appends/a1"), {"messages": [hi], "turn": turn}, headers=AUTH)[0] == 200
+    for member in (owner, other):  # the slot is spent on the owner, whichever member is asked
+        status, _, body = call(member.url, "PUT", path(c, "/appends/a2"), {"messages": [hi], "turn": turn},
+                               headers=AUTH)
+        assert (status, body["title"]) == (409, "SlotUnavailable"), body
+    status, _, body = call(other.url, "PUT", path(c, "/appends/a3"), {"messages": [hi], "turn": {"turn_id": 1}},
+                           headers=AUTH)
+    assert (status, body["title"]) == (400, "InvalidRequest") and "turn" in body["detail"]
+    with HistoryClient([cluster.a.url, cluster.b.url], token=TOKEN) as client:
+        routed = client.allocate_turn(c)
+        assert routed.position == 3
+        client.append(_batch(c, "a4", "routed"), turn=routed)
+        assert [(t.id, t.position) for t in client.turns(c)] == [(slot["turn_id"], 1), (routed.turn_id, 3)]

@@ -34,6 +34,7 @@ from schemas.events import (
     ConversationCleared,
     Event,
     RunBegun,
+    TurnAllocated,
     TurnReplaced,
     current_schema,
     decode_event,
@@ -51,12 +52,14 @@ GOLDEN = ROOT / "tests" / "data" / "events"
 DOCS = ROOT / "docs" / "events.md"
 
 # Pinned: the fingerprints of the current schemas, as the frame carries them.
-PINNED = {  # the current schemas: what a write with a run or a fence is written with
-    "BatchAppended": "6136f4c550cf0dc3",
+PINNED = {  # the current schemas: a batch under a turn slot, a replacement with a run or a fence
+    "BatchAppended": "207d2718c0314335",
     "ConversationCleared": "c27975b3260a301e",
     "RunBegun": "19182be92f12e141",
+    "TurnAllocated": "3ffc6d2cdbacce6c",
     "TurnReplaced": "c26c752981b35508",
 }
+PINNED_RUN_BATCH = "6136f4c550cf0dc3"  # BatchAppended version 4: a batch with a run or a fence, no slot
 PINNED_SEALED = {  # what sealed records without a run or fence are written with (every release since sealing)
     "BatchAppended": "468102e300405467",
     "TurnReplaced": "bc5f948096c4fb8e",
@@ -84,9 +87,12 @@ batch_events = st.builds(
     expected_last=st.none() | st.text(),
     fence=st.none() | INT64,
     run_id=st.none() | st.text(),
+    turn_id=st.none() | st.text(),
+    turn_position=st.none() | INT64,
 )
 clear_events = st.builds(ConversationCleared, conversation_id=st.text(), created_at_ms=TIMES)
 run_events = st.builds(RunBegun, conversation_id=st.text(), run_id=st.text(), created_at_ms=TIMES)
+allocated_events = st.builds(TurnAllocated, conversation_id=st.text(), slot_id=st.text(), created_at_ms=TIMES)
 replaced_events = st.builds(
     TurnReplaced,
     conversation_id=st.text(),
@@ -101,7 +107,7 @@ replaced_events = st.builds(
     fence=st.none() | INT64,
     run_id=st.none() | st.text(),
 )
-events = st.one_of(batch_events, clear_events, replaced_events, run_events)
+events = st.one_of(batch_events, clear_events, replaced_events, run_events, allocated_events)
 
 
 def _is_id(text: str) -> bool:
@@ -128,8 +134,12 @@ valid_batch_events = st.builds(
     fence=st.none() | st.integers(1, 2**63 - 1),
     run_id=st.none() | IDS,
 )
+valid_slotted_events = st.builds(  # a batch filed under a turn slot: both fields, the slot's turn id and a position
+    lambda event, slot, position: dataclasses.replace(event, turn_id=f"{slot}/0", turn_position=position),
+    valid_batch_events, IDS, st.integers(1, 2**63 - 1))
 valid_clear_events = st.builds(ConversationCleared, conversation_id=IDS, created_at_ms=TIMES)
 valid_run_events = st.builds(RunBegun, conversation_id=IDS, run_id=IDS, created_at_ms=TIMES)
+valid_allocated_events = st.builds(TurnAllocated, conversation_id=IDS, slot_id=IDS, created_at_ms=TIMES)
 valid_replaced_events = st.builds(
     TurnReplaced,
     conversation_id=IDS,
@@ -223,6 +233,11 @@ def test_run_begun_round_trips(event: RunBegun) -> None:
     assert decode_event(encode_event(event)) == event
 
 
+@given(valid_slotted_events | valid_allocated_events)
+def test_slotted_batches_and_turn_slots_round_trip(event: BatchAppended | TurnAllocated) -> None:
+    assert decode_event(encode_event(event)) == event
+
+
 def test_a_fence_or_run_below_its_rule_is_poison() -> None:
     good = sample_batch()
     for fence, run_id, field in ((0, None, "fence"), (-3, None, "fence"), (None, "", "run_id"),
@@ -239,8 +254,12 @@ def test_encoding_is_framed_with_the_current_fingerprint(event: Event) -> None:
     data = encode_event(event)
     assert data[:2] == MAGIC
     name = type(event).__name__
-    if not isinstance(event, BatchAppended | TurnReplaced) or event.fence is not None or event.run_id is not None:
-        expected = fingerprint_of(type(event))  # a clear, a run, a write with a run or fence: the current schema
+    if isinstance(event, BatchAppended) and (event.turn_id is not None or event.turn_position is not None):
+        expected = fingerprint_of(BatchAppended)  # a batch under a turn slot: the current schema
+    elif isinstance(event, BatchAppended) and (event.fence is not None or event.run_id is not None):
+        expected = bytes.fromhex(PINNED_RUN_BATCH)  # a batch with a run or a fence: version 4
+    elif not isinstance(event, BatchAppended | TurnReplaced) or event.fence is not None or event.run_id is not None:
+        expected = fingerprint_of(type(event))  # a clear, a run, a slot, a replacement with a run or fence
     else:
         expected = bytes.fromhex((PINNED_PLAIN if event.sealed is None else PINNED_SEALED)[name])
     assert data[2:HEADER_SIZE] == expected
@@ -464,7 +483,8 @@ def test_docs_show_the_golden_hex_dumps_and_fingerprints() -> None:
     blocks = {parse_hex_dump(b) for b in re.findall(r"```hexdump\n(.*?)```", text, flags=re.S)}
     for name in WRITTEN_GOLDENS:
         assert load_golden(name)[1] in blocks, f"docs/events.md lacks the {name} worked example"
-    for hexprint in [*PINNED.values(), *PINNED_SEALED.values(), *PINNED_PLAIN.values(), PINNED_V1_BATCH]:
+    for hexprint in [*PINNED.values(), *PINNED_SEALED.values(), *PINNED_PLAIN.values(), PINNED_V1_BATCH,
+                     PINNED_RUN_BATCH]:
         assert hexprint in text
 
 
@@ -584,7 +604,8 @@ def test_bytes_like_inputs_are_accepted() -> None:
 
 def sample_replaced() -> TurnReplaced:
     fields = dataclasses.asdict(sample_batch())
-    del fields["expected_last"]
+    for only_batches in ("expected_last", "turn_id", "turn_position"):
+        del fields[only_batches]
     return TurnReplaced(**fields, old_turn_id="a0/0", reason="edit")
 
 

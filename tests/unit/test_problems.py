@@ -14,8 +14,8 @@ from schemas.messages import Message
 TABLE = {
     "InvalidConversationID": 400, "InvalidAppendID": 400, "InvalidMessage": 400, "InvalidBatch": 400,
     "InvalidReceipt": 400, "InvalidWindow": 400, "InvalidRequest": 400, "Unauthorized": 401, "NotFound": 404,
-    "AppendConflict": 409, "TurnNotReplaceable": 409, "Fenced": 409, "ConversationClosed": 410,
-    "PreconditionFailed": 412,
+    "AppendConflict": 409, "TurnNotReplaceable": 409, "Fenced": 409, "SlotUnavailable": 409,
+    "ConversationClosed": 410, "PreconditionFailed": 412,
     "NotOwner": 421, "WindowTooSmall": 422, "LogUnavailable": 503, "StateUnavailable": 503, "NotReady": 503,
     "CommitUnconfirmed": 504,
 }

@@ -50,7 +50,7 @@ def test_one_partition_takes_everything() -> None:
 def test_every_key_keeps_its_bytes() -> None:
     c = b"conv"
     ord8 = (3).to_bytes(8, "big")
-    assert keys.STATE_FORMAT == b"10"
+    assert keys.STATE_FORMAT == b"11"
     assert keys.conv_key(c) == b"Cconv"
     assert keys.read_conv_key(b"Cconv") == c
     assert keys.receipt_key(c, b"a/1") == b"Rconv\x1fa/1"
@@ -96,9 +96,13 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.external_text("tg\x01/1") == b'"tg\\u0001/1"'  # control characters escaped: 1F ends it
     assert keys.external_key(c, b'"x"', 3) == b'Xconv\x1f"x"\x1f' + ord8
     assert keys.open_key(c) == b"Oconv" and keys.read_open_key(b"Oconv") == c
-    row = ConversationRow(False, 5, 2, 2, 4, 99, "a-2", 1234, kid)
-    assert row.encode() == (b"\x00" + b"".join(n.to_bytes(8, "big") for n in (5, 2, 2, 4, 99, 1234)) + b"\x20"
+    row = ConversationRow(False, 5, 2, 2, 4, 99, "a-2", 1234, kid, 7)
+    assert row.encode() == (b"\x00" + b"".join(n.to_bytes(8, "big") for n in (5, 2, 2, 4, 99, 1234, 7)) + b"\x20"
                             + kid.encode() + b"a-2")
+    assert keys.slot_key(c, b"s-1") == b"Lconv\x1fs-1"
+    assert keys.slot_value(3, used=True) == ord8 + b"\x01" and keys.read_slot_value(ord8 + b"\x00") == (3, False)
+    assert keys.turn_value(1, 3) == (1).to_bytes(8, "big") + ord8 and keys.read_turn_id(keys.turn_value(1, 3)) is None
+    assert keys.read_turn_id(keys.turn_value(1, 3, b"s-1/0")) == "s-1/0"
     assert ConversationRow.decode(row.encode()) == row
     assert ConversationRow.decode(ConversationRow(closed=True).encode()) == ConversationRow(closed=True)
 
@@ -107,7 +111,7 @@ def test_ranges_keep_their_bounds() -> None:
     assert keys.conv_range(keys.MESSAGE, b"c") == (b"Mc\x1f", b"Mc\x20")
     assert keys.conversation_ranges(b"c") == [(p + b"c\x1f", p + b"c\x20") for p in (b"M", b"N", b"A", b"S", b"T",
                                                                                         b"H", b"R", b"W", b"X",
-                                                                                        b"F", b"J")]
+                                                                                        b"F", b"J", b"L")]
     assert keys.run_key(b"c", b"") == b"Fc\x1f" and keys.run_key(b"c", b"r") == b"Fc\x1fr"
     assert keys.run_epoch_key(b"c", 2) == b"Fc\x1f\x00" + (2).to_bytes(8, "big")
     assert keys.run_turn_key(b"c", b"r", b"a/0") == b"Jc\x1fr\x1fta/0"
