@@ -16,8 +16,9 @@ sealed (erasure's AES-256-GCM sealing and key store vs today's encode and a raw 
 erasure (the sealed engine vs ``seal=False``, interleaved rounds: appends/s and CPU per append at 1/16/64
 writers, replay, clear latency), clears (appends to other conversations while clears run, against the
 same appends with none), bulk (``clear_prefix`` against a clear of each, reads by ids against a whole
-read and a filter), runs (``append(fence=...)`` against a plain append, interleaved rounds), and
-instructions (callgrind's instructions per append and per replayed record).
+read and a filter), runs (``append(fence=...)`` against a plain append, interleaved rounds), assets
+(reads of messages with linked assets against the same reads without), and instructions (callgrind's
+instructions per append and per replayed record).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ __all__ = ["NAMES", "run_all"]
 
 NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
          "forward", "cluster", "langchain", "sealed", "erasure", "clears", "instructions",
-         "postgres", "bulk", "runs")
+         "postgres", "bulk", "runs", "assets")
 
 
 def run_all(argv: list[str] | None = None) -> int:

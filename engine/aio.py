@@ -47,11 +47,12 @@ from typing import ParamSpec, TypeVar
 from engine.arguments import Empty, check_clear_prefix, check_timeout
 from engine.facade import EngineStats, HistoryEngine
 from engine.reading import at_least_position
-from engine.writes import CLEAR_BATCH, Concluded, Submitted, Written, fence_of, receipt_of, slot_of
+from engine.writes import CLEAR_BATCH, Concluded, Submitted, Written, assets_of, fence_of, receipt_of, slot_of
 from projections.admission import Decision
 from projections.delivery import Ticket
 from projections.navigation import Order
 from projections.reads import Unit
+from schemas.assets import AssetRef
 from schemas.batch import (
     Batch,
     HistoryLoad,
@@ -177,6 +178,13 @@ class AsyncHistoryEngine:
         writes = self.engine._writes
         return slot_of(await self._write(lambda: writes.submit_allocate_turn(conversation_id, timeout),
                                          conversation_id if isinstance(conversation_id, str) else ""))
+
+    async def link_assets(self, conversation_id: str, message_id: str, refs: list[AssetRef],
+                          timeout: float = 30.0) -> tuple[AssetRef, ...]:
+        writes = self.engine._writes
+        return assets_of(await self._write(lambda: writes.submit_link_assets(conversation_id, message_id, refs,
+                                                                              timeout),
+                                           conversation_id if isinstance(conversation_id, str) else ""))
 
     async def fence_of_epoch(self, conversation_id: str, epoch: int, timeout: float = 10.0) -> Fence:
         # On a worker thread: an epoch not applied yet waits for the catch-up with the log's end.

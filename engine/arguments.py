@@ -9,14 +9,38 @@ from datetime import datetime
 from pathlib import Path
 
 from schemas.batch import Batch, Receipt
-from schemas.errors import InvalidConfiguration, InvalidConversationID, InvalidReceipt, InvalidWindow, NotFound
+from schemas.errors import (
+    InvalidConfiguration,
+    InvalidConversationID,
+    InvalidReceipt,
+    InvalidRequest,
+    InvalidWindow,
+    NotFound,
+)
 from schemas.ids import ConversationID, MessageID
 from schemas.positions import HistoryPosition
 from schemas.times import ms_bound
 
-__all__ = ["EMPTY", "MAX_IDS", "Empty", "check_budget", "check_clear_prefix", "check_context", "check_cursors",
-           "check_directory", "check_ids", "check_limit", "check_order", "check_partitions", "check_prefix",
-           "check_timeout", "check_window", "expected_of", "time_bound"]
+__all__ = [
+    "EMPTY",
+    "MAX_IDS",
+    "Empty",
+    "check_budget",
+    "check_clear_prefix",
+    "check_context",
+    "check_cursors",
+    "check_directory",
+    "check_ids",
+    "check_limit",
+    "check_message_id",
+    "check_order",
+    "check_partitions",
+    "check_prefix",
+    "check_timeout",
+    "check_window",
+    "expected_of",
+    "time_bound",
+]
 
 MAX_IDS = 10_000
 """The most message ids one read by ids takes (``check_ids``)."""
@@ -185,3 +209,14 @@ def check_partitions(parts: Iterable[int], partitions: int | None) -> frozenset[
             bound = "" if partitions is None else f" (this log has {partitions}: 0..{partitions - 1})"
             raise InvalidConfiguration(f"invalid partition {p!r}: expected an int >= 0{bound}")
     return out
+
+
+def check_message_id(message_id: object) -> str:
+    """``message_id`` as a message id (``APPEND_ID/INDEX``); ``InvalidRequest`` naming it otherwise."""
+    if not isinstance(message_id, str):
+        raise InvalidRequest(f"invalid message_id: expected a message id (APPEND_ID/INDEX), got "
+                             f"{type(message_id).__name__}")
+    try:
+        return str(MessageID.parse(message_id))
+    except NotFound as e:
+        raise InvalidRequest(f"invalid message_id {message_id[:80]!r}: {e}") from None

@@ -18,8 +18,9 @@ from engine.keys.base import KeyStore
 from engine.log.base import Record
 from schemas.batch import StoredMessage
 from schemas.errors import CorruptLog, HistoryError, KeyErased, KeyStoreDamaged
-from schemas.event_content import open_event
+from schemas.event_content import open_content
 from schemas.events import (
+    AssetsLinked,
     BatchAppended,
     ConversationCleared,
     Event,
@@ -119,7 +120,7 @@ def record_status(value: bytes, keys: KeyStore | None) -> tuple[RecordStatus, Ev
     if keys is None:
         return "sealed", event, ""
     try:
-        open_event(event, keys.get(event.conversation_id, event.sealed.key_id))
+        open_content(event, keys.get(event.conversation_id, event.sealed.key_id))
     except KeyErased:
         return "erased", event, ""
     except KeyStoreDamaged as exc:
@@ -130,7 +131,7 @@ def record_status(value: bytes, keys: KeyStore | None) -> tuple[RecordStatus, Ev
 
 
 def record_line(record: Record, keys: KeyStore | None = None) -> str:
-    """``PARTITION:OFFSET  TIME  append|replace|clear|run|slot|poison  ...``: one log record, decoded.
+    """``PARTITION:OFFSET  TIME  append|replace|clear|run|slot|assets|poison  ...``: one log record, decoded.
 
     A plain event shows its digest; a sealed one ``sealed KEYID…`` (the first 8 hex digits of its
     key id) and its sizes, never its content (``keys``: checked to open, see ``record_status``);
@@ -148,6 +149,8 @@ def record_line(record: Record, keys: KeyStore | None = None) -> str:
         return f"{head}  run     {event.conversation_id}  {event.run_id}"
     if isinstance(event, TurnAllocated):
         return f"{head}  slot    {event.conversation_id}  {event.slot_id}"
+    if isinstance(event, AssetsLinked):  # its refs are content: never shown
+        return f"{head}  assets  {event.conversation_id}  {event.message_id}  ({status})"
     if not isinstance(event, BatchAppended | TurnReplaced):
         return f"{head}  clear   {event.conversation_id if event is not None else ''}"
     n = event.message_count

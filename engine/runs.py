@@ -1,7 +1,7 @@
-"""Runs and fences, and turn slots, on ``HistoryEngine`` (API.md "Runs, slots, assets, deletes";
-the rules are ``projections.runs``' and ``projections.slots``'): ``begin_run``, the two questions
-about what a run wrote, and ``allocate_turn``. A mixin, so the facade keeps one home per face; the
-asyncio face (``engine.aio``) calls the same checks.
+"""Runs and fences, turn slots and assets on ``HistoryEngine`` (API.md "Runs, slots, assets,
+deletes"; the rules are ``projections.runs``', ``projections.slots``' and ``projections.assets``'):
+``begin_run``, the two questions about what a run wrote, ``allocate_turn`` and ``link_assets``. A
+mixin, so the facade keeps one home per face; the asyncio face (``engine.aio``) calls the same checks.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from engine.reading import EngineReads
-from engine.writes import fence_of, slot_of
+from engine.writes import assets_of, fence_of, slot_of
+from schemas.assets import AssetRef
 from schemas.errors import ConversationClosed, Fenced, InvalidRequest, NotFound
 from schemas.ids import ConversationID, MessageID, RunID
 from schemas.runs import Fence
@@ -69,6 +70,19 @@ class EngineRuns(EngineReads):
         cleared conversation. ``timeout``: as ``append``."""
         writes = self._writes
         return slot_of(writes.settle(writes.submit_allocate_turn(conversation_id, timeout)))
+
+    def link_assets(self, conversation_id: str, message_id: str, refs: list[AssetRef],
+                    timeout: float = 30.0) -> tuple[AssetRef, ...]:
+        """Attach media references to the visible message ``message_id`` (the reference's
+        ``LinkAssets``), decided in log order; returns all of the message's assets, in ordinal
+        order, after the link. Idempotent: a ref already linked changes nothing; another ref at an
+        ordinal the message links already raises ``AppendConflict`` (nothing is linked).
+        ``NotFound`` for a message that is not visible (unknown, or its turn was replaced),
+        ``ConversationClosed`` once cleared, ``InvalidRequest`` for bad refs or more than
+        ``schemas.assets.MAX_ASSETS``, before any I/O. The refs are sealed in the log like content
+        and erased by ``clear``; every read's ``StoredMessage.assets`` returns them."""
+        writes = self._writes
+        return assets_of(writes.settle(writes.submit_link_assets(conversation_id, message_id, refs, timeout)))
 
     def fence_of_epoch(self, conversation_id: str, epoch: int, timeout: float = 10.0) -> Fence:
         """The ``Fence`` of the run that has ``epoch`` in the conversation, as this instance has

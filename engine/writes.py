@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from engine.arguments import Empty, check_timeout, expected_of
+from engine.arguments import Empty, check_message_id, check_timeout, expected_of
 from engine.keys import KeyStore
 from engine.log.base import Log
 from engine.refusals import answer
@@ -25,19 +25,23 @@ from projections.delivery import Ticket
 from projections.reads import Reads
 from projections.runtime import Projector
 from projections.store import StateStore
+from schemas.assets import AssetRef, assets_json, check_assets
 from schemas.batch import Batch, Receipt
 from schemas.errors import (
+    AppendConflict,
     CommitUnconfirmed,
     ConversationClosed,
     CorruptLog,
     InvalidBatch,
     KeyErased,
     LogUnavailable,
+    NotFound,
     StateUnavailable,
 )
-from schemas.event_content import seal_event
+from schemas.event_content import seal_assets, seal_event
 from schemas.events import (
     REPLACE_REASONS,
+    AssetsLinked,
     BatchAppended,
     ConversationCleared,
     RunBegun,
@@ -53,7 +57,8 @@ from schemas.runs import Fence, check_fence
 from schemas.slots import TurnSlot, check_slot, slot_turn_id
 from schemas.times import now_ms
 
-__all__ = ["SUBMIT_THREADS", "Concluded", "Submitted", "Writes", "Written", "fence_of", "receipt_of", "slot_of"]
+__all__ = ["SUBMIT_THREADS", "Concluded", "Submitted", "Writes", "Written", "assets_of", "fence_of", "receipt_of",
+           "slot_of"]
 
 CLEAR_BATCH = 1000
 """How many clears ``clear_many`` has in flight at once (their tickets, their erasures: one
@@ -79,6 +84,7 @@ class Written:
     then: str  # what the caller should do when the outcome is unknown
     run: tuple[ConversationID, RunID] | None = None  # a run's begin: its conversation and run
     slot: tuple[ConversationID, str] | None = None  # a slot's allocation: its conversation and slot id
+    link: tuple[ConversationID, str] | None = None  # a link of assets: its conversation and message id
 
     def remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
@@ -93,12 +99,12 @@ class Written:
         return f"at {position}" if position is not None else f"to partition {self.partition} (not yet acknowledged)"
 
 
-Submitted = Receipt | Fence | TurnSlot | Written | None
+Submitted = Receipt | Fence | TurnSlot | tuple[AssetRef, ...] | Written | None
 """A submit's result: the receipt (or a run's fence) known without a write (the fast path), a
 ``Written`` to wait on, or None (a clear of a conversation already closed)."""
 
-Concluded = Receipt | Fence | TurnSlot | None
-"""A write's outcome: a batch's receipt, a run's fence, a turn slot, None for a clear."""
+Concluded = Receipt | Fence | TurnSlot | tuple[AssetRef, ...] | None
+"""A write's outcome: a batch's receipt, a run's fence, a turn slot, a message's assets, None for a clear."""
 
 
 def receipt_of(outcome: Concluded) -> Receipt:
@@ -114,6 +120,17 @@ def fence_of(outcome: Concluded) -> Fence:
 def slot_of(outcome: Concluded) -> TurnSlot:
     assert isinstance(outcome, TurnSlot)  # Invariant: an allocation concludes with its slot or raises.
     return outcome
+
+
+def assets_of(outcome: Concluded) -> tuple[AssetRef, ...]:
+    assert isinstance(outcome, tuple)  # Invariant: a link concludes with the message's assets or raises.
+    return outcome
+
+
+def _link_conflict(c: ConversationID, m: str, ordinal: int | None, reason: str = "") -> AppendConflict:
+    why = reason or f"message {m!r} already links another asset at ordinal {ordinal}"
+    return AppendConflict(f"cannot link assets in {str(c)!r}: {why}; link the new asset at a free ordinal",
+                          conversation_id=c)
 
 
 def _on_loop() -> bool:
@@ -261,6 +278,39 @@ class Writes:
                              f"allocation of a turn slot of {str(c)!r}",
                              "call allocate_turn again (an unused slot costs nothing)", slot=(c, slot_id))
 
+    def submit_link_assets(self, conversation_id: str, message_id: str, refs: object, timeout: float) -> Submitted:
+        """``link_assets``' write: the message's assets at once when this state has every ref
+        linked already (``AppendConflict`` when it links another at one of their ordinals: a
+        linked ref stays until a clear), else an ``AssetsLinked`` (sealed like content) to wait on."""
+        check_timeout(timeout)
+        c = ConversationID(conversation_id)
+        m = check_message_id(message_id)
+        checked = check_assets(refs)
+        self._check_open()
+        self._serve(c)
+        row = self._reads.conversation(c)
+        if row is not None and row.closed:
+            raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
+                                     "conversation id", conversation_id=c)
+        linked = self._reads.message_assets(c, m)
+        if linked is not None:
+            by_ordinal = {a.ordinal: a for a in linked}
+            for ref in checked:
+                if by_ordinal.get(ref.ordinal, ref) != ref:
+                    raise _link_conflict(c, m, ref.ordinal)
+            if all(ref.ordinal in by_ordinal for ref in checked):
+                return linked
+        event = AssetsLinked(c, m, assets_json(checked), _now_ms())
+        if self._keys is not None:
+            try:
+                event = seal_assets(event, self._keys.create(c))
+            except KeyErased:
+                raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
+                                         "conversation id", conversation_id=c) from None
+        return self._produce(record_key(c, m), encode_event(event), timeout, None,
+                             f"link of assets to {m!r} of {str(c)!r}",
+                             "call link_assets again (it is safe: linked refs are kept once)", link=(c, m))
+
     def clear_many(self, ids: Sequence[str], timeout: float) -> None:
         """Clear ``ids`` (``HistoryEngine.clear_prefix``), ``CLEAR_BATCH`` at a time: each batch's
         clears are written before any is waited on, so one projector step applies many of them
@@ -301,7 +351,8 @@ class Writes:
 
     def _produce(self, key: bytes, value: bytes, timeout: float, own: Own | None, what: str,
                  then: str, *, lead: bool = True, run: tuple[ConversationID, RunID] | None = None,
-                 slot: tuple[ConversationID, str] | None = None) -> Written:
+                 slot: tuple[ConversationID, str] | None = None,
+                 link: tuple[ConversationID, str] | None = None) -> Written:
         """Take the ticket, then produce the record and let the ticket follow it (its position,
         its write's failure): the ticket is released here if the produce raises, else by
         whoever waits on the returned ``Written``. ``own`` (a batch's events, None for a clear)
@@ -316,7 +367,7 @@ class Writes:
             ticket.release()
             raise
         return Written(ticket, produced.partition, deadline, timeout, own.batch if own else None, what, then, run,
-                       slot)
+                       slot, link)
 
     def submitter(self) -> Executor:
         """The bounded pool that runs an event loop's submits (``engine.aio``) when the log's
@@ -383,12 +434,36 @@ class Writes:
             raise CorruptLog(f"the event written at {written.position} was not accepted ({decision.reason}); "
                              "run `histlog stats` and `histlog log verify`, then call allocate_turn again",
                              reason=decision.reason, position=written.position)
+        if written.link is not None:
+            return self._linked(written, decision)
         if written.batch is None:
             if decision.reason:  # a clear whose erasure did not complete
                 raise StateUnavailable(f"{what} closed the conversation, but erasing its content did not complete "
                                        f"({decision.reason}); call clear again to complete it")
             return None
         return self._answer(written.batch, decision, written.position)
+
+    def _linked(self, written: Written, decision: Decision) -> tuple[AssetRef, ...]:
+        """A link's outcome: the message's assets, or why it was refused."""
+        assert written.link is not None  # Invariant: asked of links only.
+        c, m = written.link
+        outcome = decision.outcome
+        if outcome in (Outcome.LINKED, Outcome.DUPLICATE):
+            linked = self._reads.message_assets(c, m)
+            if linked is not None:
+                return linked
+            outcome = Outcome.UNKNOWN_MESSAGE  # its turn was replaced since: what a new link would meet
+        if outcome is Outcome.CONFLICT:
+            raise _link_conflict(c, m, None, decision.reason)
+        if outcome is Outcome.UNKNOWN_MESSAGE:
+            raise NotFound(f"cannot link assets in {str(c)!r}: {decision.reason or f'{m!r} is not visible'}; "
+                           "assets link to visible messages (read entries() for their ids)")
+        if outcome in (Outcome.REJECTED_CLOSED, Outcome.ERASED):
+            raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
+                                     "conversation id", conversation_id=c)
+        raise CorruptLog(f"the event written at {written.position} was not accepted ({decision.reason}); "
+                         "run `histlog stats` and `histlog log verify`, then call link_assets again",
+                         reason=decision.reason, position=written.position)
 
     def _answer(self, batch: Batch, decision: Decision, position: LogPosition | None) -> Receipt:
         receipt = answer(batch, decision)  # raises the refusals

@@ -30,7 +30,10 @@ consumes the same log reaches the same decisions:
 * ``TurnAllocated(c, slot)``: closed → **rejected_closed**; a slot already allocated →
   **duplicate** with its position; else **allocated**: the conversation's next turn position
   (``projections.slots``); a batch filed under a slot that cannot take it (used, unknown, another
-  position, behind a later turn, no turn opened) → **slot_unavailable** (after the fence rule).
+  position, behind a later turn, no turn opened) → **slot_unavailable** (after the fence rule);
+* ``AssetsLinked(c, message, refs)``: closed → **rejected_closed**; the message not visible →
+  **unknown_message**; another ref at a linked ordinal → **conflict**; every ref linked already →
+  **duplicate**; else **linked** (``projections.assets``).
 
 The batch and replacement rules (closed, duplicate, conflict, precondition, replaceable) are
 written once, in ``precheck``: the projector applies them in log order, and a writer's fast path
@@ -47,16 +50,26 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from projections import full, keys, runs, slots
+from projections import assets, full, keys, runs, slots
 from projections.erasure import DataKeys, open_content
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from projections.full import Rows
 from projections.rows import ConversationRow, ReceiptRow, SourceRow, Stats
 from projections.store import Tx
+from schemas.assets import AssetRef
 from schemas.batch import Batch, Receipt
 from schemas.errors import CorruptLog, KeyErased
 from schemas.event_content import event_batch
-from schemas.events import BatchAppended, ConversationCleared, RunBegun, TurnAllocated, TurnReplaced, decode_event
+from schemas.event_rules import InvalidField, linked_refs
+from schemas.events import (
+    AssetsLinked,
+    BatchAppended,
+    ConversationCleared,
+    RunBegun,
+    TurnAllocated,
+    TurnReplaced,
+    decode_event,
+)
 from schemas.ids import AppendID, ConversationID, MessageID
 from schemas.positions import LogPosition
 from schemas.records import record_key_bytes
@@ -80,6 +93,8 @@ class Outcome(enum.StrEnum):
     BEGUN = "begun"
     ALLOCATED = "allocated"
     SLOT_UNAVAILABLE = "slot_unavailable"
+    LINKED = "linked"
+    UNKNOWN_MESSAGE = "unknown_message"
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +195,13 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         elif isinstance(event, TurnAllocated):
             batch = None
             append_id = event.slot_id.encode("utf-8")
+        elif isinstance(event, AssetsLinked):
+            batch = None
+            append_id = event.message_id.encode("utf-8")
+            if event.sealed is not None:
+                content = open_content(event, keys_)  # DecryptionFailed or KeyErased
+                opened = event.sealed.key_id
+            refs = linked_refs_of(event.assets if content is None else content)
         else:
             if event.sealed is not None:  # the key store still decides: KeyErased, or another key
                 key_id = event.sealed.key_id
@@ -191,18 +213,18 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
             append_id = event.append_id.encode("utf-8")
     except CorruptLog as e:
         if opened:  # opened, then refused by event_batch: its key was used all the same
-            assert isinstance(event, BatchAppended | TurnReplaced)  # Invariant: only batches and replacements open.
+            assert isinstance(event, BatchAppended | TurnReplaced | AssetsLinked)  # Invariant: only these open.
             conv = event.conversation_id.encode("utf-8")
-            if key == record_key_bytes(conv, event.append_id.encode("utf-8")):
+            if key == record_key_bytes(conv, _bound_id(event)):
                 _note_key(tx, conv, opened, None)  # rare: written without reading the row
         return _corrupt(e.reason or str(e))
     except KeyErased:
         # Its conversation was cleared (every key of it is destroyed only after the clear is in the
         # log): the content is gone on purpose and the record has no effect; a writer still
         # waiting for it is told the conversation is closed.
-        assert isinstance(event, BatchAppended | TurnReplaced)  # Invariant: only sealed content raises it.
+        assert isinstance(event, BatchAppended | TurnReplaced | AssetsLinked)  # Invariant: only sealed content.
         assert event.sealed is not None and keys_ is not None  # Invariant: open_content raised it.
-        if key != record_key_bytes(event.conversation_id.encode("utf-8"), event.append_id.encode("utf-8")):
+        if key != record_key_bytes(event.conversation_id.encode("utf-8"), _bound_id(event)):
             return _corrupt("record key does not match the event")
         # A key a writer bound to the conversation before the clear and sealed with after it is
         # in no K row the clear read: destroyed here (a no-op for a key already gone).
@@ -238,6 +260,12 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
             return Decision(Outcome.REJECTED_CLOSED), None
         epoch, new = runs.begin(tx, conv, event.run_id)
         return Decision(Outcome.BEGUN if new else Outcome.DUPLICATE, epoch=epoch), None
+
+    if isinstance(event, AssetsLinked):
+        if row is not None and row.closed:
+            return Decision(Outcome.REJECTED_CLOSED), None
+        outcome, why = assets.link(tx, conv, row.messages if row is not None else 0, event.message_id, refs)
+        return Decision(_LINK_OUTCOMES[outcome], reason=why), None
 
     if isinstance(event, TurnAllocated):
         if row is not None and row.closed:
@@ -291,6 +319,23 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
                                            positions)
     return decision, BatchEvent(conversation_id, batch.append_id, batch.messages, batch.digest, position, created,
                                 first_seq, positions)
+
+
+_LINK_OUTCOMES = {"linked": Outcome.LINKED, "duplicate": Outcome.DUPLICATE, "conflict": Outcome.CONFLICT,
+                  "unknown_message": Outcome.UNKNOWN_MESSAGE}
+
+
+def _bound_id(event: BatchAppended | TurnReplaced | AssetsLinked) -> bytes:
+    """The second part of the record key of a sealed event (an append id, or a link's message id)."""
+    return (event.message_id if isinstance(event, AssetsLinked) else event.append_id).encode("utf-8")
+
+
+def linked_refs_of(data: bytes) -> tuple[AssetRef, ...]:
+    """``schemas.event_rules.linked_refs`` as a ``CorruptLog`` (poison) when the refs are not valid."""
+    try:
+        return linked_refs(data)
+    except InvalidField as e:
+        raise CorruptLog(f"undecodable event value (invalid {e})", reason=f"invalid {e}"[:300]) from None
 
 
 def _note_key(tx: Tx, conv: bytes, key_id: str, row: ConversationRow | None) -> None:

@@ -43,7 +43,7 @@ from projections import keys
 from projections.store import StateStore, Tx
 from schemas import event_content
 from schemas.errors import KeyStoreDamaged
-from schemas.events import BatchAppended, TurnReplaced
+from schemas.event_content import Content
 from schemas.sealed import DataKey
 
 __all__ = ["DataKeys", "destroy_keys", "finish", "forget_unseen", "open_content", "pending"]
@@ -62,7 +62,7 @@ class DataKeys(Protocol):
         """``destroy`` of each ``(conversation_id, key_ids)``, its writes shared."""
 
 
-def open_content(event: BatchAppended | TurnReplaced, keys_: DataKeys | None) -> bytes:
+def open_content(event: Content, keys_: DataKeys | None) -> bytes:
     """The content of the sealed ``event``, opened (``schemas.event_content.open_content``) under its
     conversation's key from ``keys_``."""
     sealed = event.sealed

@@ -29,6 +29,8 @@ key                    meaning                                         value
       ord              is the JSON string ``ext`` (canonical spelling)
 ``O`` conv             an open conversation (listing pages)            empty
 ``L`` conv 1F slot     a turn slot (``TurnAllocated``)                 its position (u64), 1 byte: used
+``G`` conv 1F seq      the assets linked to message ``seq``          their canonical JSON array, by
+                       (``AssetsLinked``)                              ordinal
 ``E`` conv             a cleared conversation whose erasure has not    ``b""``: its files may hold content
                        completed (``projections.erasure``: keys to     (compact them); ``b"k"``: it had no
                        destroy, files to compact)                      rows, only keys to destroy
@@ -81,6 +83,7 @@ from schemas.canonical import dumps
 
 __all__ = [
     "AGGREGATE",
+    "ASSET",
     "CHECKPOINT",
     "CONVERSATION",
     "CUSTOM",
@@ -110,6 +113,7 @@ __all__ = [
     "TIME",
     "TURN",
     "aggregate_key",
+    "assets_key",
     "checkpoint_key",
     "checkpoint_range",
     "conv_key",
@@ -164,14 +168,15 @@ __all__ = [
     "turn_value",
 ]
 
-EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8", b"9", b"10", b"11"})
+EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8", b"9", b"10", b"11", b"12"})
 """The layouts whose ``core`` checkpoint rows begin with the next offset to apply (a u64): their
 checkpoints are evidence of acknowledged records (``engine/state.py``) even when the layout is
 older than ``STATE_FORMAT`` and is about to be rebuilt. Add each new layout that keeps that."""
 
-STATE_FORMAT = b"11"
+STATE_FORMAT = b"12"
 """Version of this layout and of the admission rules that filled it (``m format``); a state of another
-version is rebuilt. 11: turn slots (``TurnAllocated``, the ``L`` rows, ``ConversationRow.allotted``,
+version is rebuilt. 12: assets (``AssetsLinked``, the ``G`` rows, ``FLAG_ASSETS`` in a message row).
+11: turn slots (``TurnAllocated``, the ``L`` rows, ``ConversationRow.allotted``,
 a slotted turn's id in its ``T`` row), so a state of 10 may have quarantined as poison the records
 that now allocate or use a slot. 10: runs and fences (``RunBegun``, the ``F`` and ``J`` rows, the ``fenced``
 outcome and its counter), so a state of 9 may have quarantined as poison the records that now
@@ -212,11 +217,12 @@ KEY_ID = b"K"
 RUN = b"F"
 RUN_WRITES = b"J"
 SLOT = b"L"
+ASSET = b"G"
 _RUN_TURN = b"t"
 _RUN_REQUEST = b"u"
 
 CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT, TIME, EXTERNAL, RUN, RUN_WRITES,
-                       SLOT)
+                       SLOT, ASSET)
 """Every keyspace under ``prefix conv 1F``: what a clear drops (the ``C`` row keeps the closure)."""
 
 ROLE_CODES = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
@@ -322,6 +328,11 @@ def read_turn_value(b: bytes) -> tuple[int, int]:
 def read_turn_id(b: bytes) -> str | None:
     """A slotted turn's id from its ``T`` row; None for a turn of no slot."""
     return b[_TURN.size:].decode("utf-8") if len(b) > _TURN.size else None
+
+
+def assets_key(conv: bytes, seq: int) -> bytes:
+    """Keyed by the message's seq: stable, so a hidden message keeps its assets."""
+    return ASSET + conv + SEP + _U64.pack(seq)
 
 
 def slot_key(conv: bytes, slot_id: bytes) -> bytes:

@@ -19,7 +19,8 @@ from datetime import datetime
 from typing import Literal
 
 from projections import keys
-from projections.rows import HiddenRow, MessageRow
+from projections.assets import assets_of
+from projections.rows import FLAG_ASSETS, HiddenRow, MessageRow
 from projections.store import Snapshot
 from schemas.batch import Located, StoredMessage
 from schemas.ids import AppendID, ConversationID, MessageID
@@ -27,8 +28,8 @@ from schemas.messages import Message
 from schemas.positions import HistoryPosition
 from schemas.times import time_of
 
-__all__ = ["Order", "conversation_page", "hidden_page", "locate", "message_id", "stored", "stored_hidden",
-           "time_range", "visible_page"]
+__all__ = ["Order", "conversation_page", "hidden_page", "locate", "message_id", "stored", "stored_all",
+           "stored_hidden", "time_range", "visible_page"]
 
 Order = Literal["asc", "desc"]
 
@@ -40,8 +41,11 @@ def _time(ms: int) -> datetime:
     return time_of(ms)  # the one conversion of event times, exact (admission only stores representable ones)
 
 
-def stored(row: MessageRow, superseded_by: str | None = None, reason: str | None = None) -> StoredMessage:
-    """The ``StoredMessage`` of a message row (and, for a hidden one, why it is hidden)."""
+def stored(row: MessageRow, superseded_by: str | None = None, reason: str | None = None,
+           snap: Snapshot | None = None, conv: bytes = b"") -> StoredMessage:
+    """The ``StoredMessage`` of a message row (and, for a hidden one, why it is hidden); with
+    ``snap`` and ``conv``, its assets when its row is flagged (a seek: call it after the scans)."""
+    assets = assets_of(snap, conv, row.seq) if snap is not None and row.flags & FLAG_ASSETS else ()
     return StoredMessage(
         message_id(row.append_id, row.index),
         Message.from_stored(row.canonical),
@@ -50,7 +54,14 @@ def stored(row: MessageRow, superseded_by: str | None = None, reason: str | None
         _time(row.created_at_ms),
         superseded_by,
         reason,
+        assets,
     )
+
+
+def stored_all(snap: Snapshot, conv: bytes, values: list[bytes]) -> list[StoredMessage]:
+    """The ``StoredMessage`` of each ``M`` row value, collected from a finished scan: each one
+    with linked assets (flagged) costs one seek more, the others none."""
+    return [stored(MessageRow.decode(v), None, None, snap, conv) for v in values]
 
 
 def stored_hidden(value: bytes) -> StoredMessage:
@@ -89,7 +100,7 @@ def visible_page(snap: Snapshot, conv: bytes, lo: int, hi: int, limit: int | Non
         if limit is not None:
             lo = max(lo, hi - limit)
         rows = snap.scan_reverse(keys.message_key(conv, lo), keys.message_key(conv, hi))
-    return [stored(MessageRow.decode(v)) for _, v in rows]
+    return stored_all(snap, conv, [v for _, v in rows])
 
 
 def hidden_page(snap: Snapshot, conv: bytes, after: HistoryPosition | None, before: HistoryPosition | None,
@@ -102,16 +113,16 @@ def hidden_page(snap: Snapshot, conv: bytes, after: HistoryPosition | None, befo
     lower = first if after is None else keys.hidden_key(conv, after.turn, after.seq + 1)
     upper = end if before is None else keys.hidden_key(conv, before.turn, before.seq)
     scan = snap.scan if order == "asc" else snap.scan_reverse
-    out: list[StoredMessage] = []
+    found: list[tuple[MessageRow, str, str]] = []
     for _, value in scan(lower, upper):
-        if limit is not None and len(out) >= limit:
+        if limit is not None and len(found) >= limit:
             break
         _, reason, superseded_by, raw = HiddenRow.decode(value)
         row = MessageRow.decode(raw)
         ms = row.created_at_ms
         if (since_ms is None or ms >= since_ms) and (until_ms is None or ms < until_ms):
-            out.append(stored(row, superseded_by, reason))
-    return out
+            found.append((row, superseded_by, reason))
+    return [stored(row, superseded_by, reason, snap, conv) for row, superseded_by, reason in found]
 
 
 def locate(snap: Snapshot, conv: bytes, count: int, external_id: str, before: int,
@@ -125,8 +136,7 @@ def locate(snap: Snapshot, conv: bytes, count: int, external_id: str, before: in
         return None
     at = keys.read_key_u64(found[0])
     lo, hi = max(at - before, 0), min(at + after + 1, count)
-    rows = [stored(MessageRow.decode(v)) for _, v in snap.scan(keys.message_key(conv, lo),
-                                                                      keys.message_key(conv, hi))]
+    rows = stored_all(snap, conv, [v for _, v in snap.scan(keys.message_key(conv, lo), keys.message_key(conv, hi))])
     k = at - lo
     return Located(rows[k], rows[:k], rows[k + 1:])
 

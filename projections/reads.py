@@ -1,8 +1,8 @@
 """Queries over the built-in projections. Each query runs on one ``Snapshot`` (a point-in-time
 RocksDB iterator), so it never mixes two projector steps. Window queries touch O(window) rows.
-(About 500 lines: every query of the full projection shares ``_open``, the cursor-to-ordinal
-rules and the row decoders here; the larger pieces live beside it: ``navigation``, ``by_ids``,
-``window``, ``runs``.)
+The prologue every query shares (``_open``) and the reads of turns are ``turn_reads``'; the
+cursor-to-ordinal rules and the row decoders are here; the larger pieces live beside it:
+``navigation``, ``by_ids``, ``window``, ``runs``, ``assets``.
 
 Visible rows are keyed by ordinal (``keys``). Cursors are positions ``(turn, seq)``; the turn
 index maps a turn position to its first message's ``(seq, ordinal)``, and within a visible turn
@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Literal, NamedTuple
+from typing import Literal
 
-from projections import by_ids, keys, navigation, runs
+from projections import assets, by_ids, keys, navigation, runs
 from projections.navigation import Order, message_id
-from projections.rows import FLAG_INTERRUPTED, AggregateRow, ConversationRow, MessageRow, ReceiptRow, SourceRow
-from projections.store import Snapshot, StateStore
+from projections.rows import FLAG_INTERRUPTED, AggregateRow, ConversationRow, MessageRow, SourceRow
+from projections.store import Snapshot
+from projections.turn_reads import Opened, TurnReads
 from projections.window import fit_turns, merge_system
-from schemas.batch import HistoryLoad, HistoryTurn, Located, Measure, StoredMessage, StoredWindow, TurnSource
+from schemas.assets import AssetRef
+from schemas.batch import HistoryLoad, Located, Measure, StoredMessage, StoredWindow, TurnSource
 from schemas.errors import NotFound
 from schemas.ids import ConversationID, MessageID
 from schemas.messages import Message, Role
@@ -77,19 +79,9 @@ def _message_head(value: bytes) -> tuple[int, int]:
 _ord_of = keys.read_key_u64
 
 
-class _Opened(NamedTuple):
-    """What every read of one conversation starts from (``Reads._open``)."""
-
-    snap: Snapshot
-    conv: bytes  # the conversation id's UTF-8 bytes, as keys take it
-    row: ConversationRow  # its summary row: the conversation is open
-
-
-class Reads:
-    """Read side of the built-in projections."""
-
-    def __init__(self, store: StateStore) -> None:
-        self.store = store
+class Reads(TurnReads):
+    """Read side of the built-in projections (the prologue every read shares and the reads of
+    turns are ``projections.turn_reads``')."""
 
     def conversation(self, conv: str) -> ConversationRow | None:
         raw = self.store.get(keys.conv_key(conv.encode("utf-8")))
@@ -112,22 +104,6 @@ class Reads:
         return raw is not None and ConversationRow.decode(raw).closed
 
     # -- positions -------------------------------------------------------------------------------
-    def _open(self, conv: str) -> _Opened | None:
-        """The one prologue of every read of one conversation: a snapshot (so the read never mixes
-        two projector steps), the key bytes of ``conv`` and its summary row; None when ``conv`` is
-        unknown or cleared (the read has nothing to return). One point read."""
-        snap = self.store.iterator()
-        c = conv.encode("utf-8")
-        raw = snap.get(keys.conv_key(c))
-        row = ConversationRow.decode(raw) if raw is not None else None
-        return None if row is None or row.closed else _Opened(snap, c, row)
-
-    def _turn_at(self, snap: Snapshot, conv: bytes, turn: int) -> tuple[int, int, int] | None:
-        """``(turn, first seq, first ordinal)`` of the first visible turn whose position is ``>= turn``."""
-        for key, value in snap.scan(keys.turn_key(conv, turn), keys.conv_range(keys.TURN, conv)[1]):
-            return (keys.read_key_u64(key), *keys.read_turn_value(value))
-        return None
-
     def _first_ord_after(self, snap: Snapshot, conv: bytes, count: int, after: HistoryPosition) -> int:
         """The first ordinal whose message is ``> after`` (``count`` when none is)."""
         later = self._turn_at(snap, conv, after.turn + 1)
@@ -208,11 +184,13 @@ class Reads:
         if opened is None:
             return []
 
+        snap, c, _ = opened
+
         def pick(value: bytes, append_id: str, index: int, seq: int) -> StoredMessage | None:
             row = MessageRow.decode(value)
-            return _stored(row) if row.seq == seq else None
+            return _stored(row, None, None, snap, c) if row.seq == seq else None  # between point reads
 
-        return by_ids.visible_rows(opened.snap, opened.conv, opened.row.messages, ids, keys.message_key, pick)
+        return by_ids.visible_rows(snap, c, opened.row.messages, ids, keys.message_key, pick)
 
     def turn_sources_by_ids(self, conv: str, ids: Sequence[MessageID]) -> list[TurnSource]:
         """``entries_by_ids`` narrowed to ``TurnSource`` (the ``N`` rows: no metadata is read)."""
@@ -228,6 +206,15 @@ class Reads:
                               bool(flags & FLAG_INTERRUPTED))
 
         return by_ids.visible_rows(opened.snap, opened.conv, opened.row.messages, ids, keys.source_key, pick)
+
+    def message_assets(self, conv: str, message_id_: str) -> tuple[AssetRef, ...] | None:
+        """The assets of the visible message ``message_id_`` in ordinal order; None when it is not
+        visible (unknown, hidden, or the conversation unknown or cleared). Three point reads and a seek."""
+        opened = self._open(conv)
+        if opened is None:
+            return None
+        found = assets.visible_seq(opened.snap, opened.conv, message_id_, opened.row.messages)
+        return None if isinstance(found, str) else assets.assets_of(opened.snap, opened.conv, found[0])
 
     # -- runs (projections.runs) ----------------------------------------------------------------
     def run_epoch(self, conv: str, run_id: str) -> int:
@@ -269,99 +256,6 @@ class Reads:
             return MessageID.parse(MessageID.format(head.append_id, head.index))
         return root if by_ids.visible_rows(snap, c, row.messages, [root], keys.message_key, pick) else None
 
-    # -- turns ---------------------------------------------------------------------------------
-    def turn(self, conv: str, message_id_: str) -> HistoryTurn:
-        """The visible turn holding the message ``message_id_``; ``NotFound`` otherwise."""
-        conv = str(conv)
-        try:
-            wanted = MessageID.parse(message_id_)  # before any read: a malformed id names no message
-        except NotFound as e:
-            raise NotFound(f"conversation {conv!r}: {e}") from None
-        slotted = self._slotted_turn(conv, message_id_, wanted) if wanted.index == 0 else None
-        if slotted is not None:
-            return slotted
-        snap, c, row, message = self._visible_message(conv, message_id_, wanted)
-        if message.turn == 0:
-            raise NotFound(f"message {message_id_!r} of {conv!r} comes before the first user message: "
-                           "it belongs to no turn")
-        return self._turn(snap, c, row.messages, message.turn, row.allotted)
-
-    def _slotted_turn(self, conv: str, turn_id: str, wanted: MessageID) -> HistoryTurn | None:
-        """The visible turn filed under slot ``turn_id`` (``<slot id>/0``), None when no slot has
-        that id; ``NotFound`` when the slot's turn has no visible rows (unused, or replaced)."""
-        opened = self._open(conv)
-        if opened is None:
-            return None
-        snap, c, row = opened
-        slot = snap.get(keys.slot_key(c, wanted.append_id.encode("utf-8")))
-        if slot is None:
-            return None
-        position = keys.read_slot_value(slot)[0]
-        raw = snap.get(keys.turn_key(c, position))
-        if raw is None or keys.read_turn_id(raw) != turn_id:
-            raise NotFound(f"turn slot {turn_id!r} of {conv!r} has no visible turn (unused, or its turn was replaced)")
-        return self._turn(snap, c, row.messages, position, row.allotted)
-
-    def _visible_message(self, conv: str, message_id_: str, wanted: MessageID | None = None
-                         ) -> tuple[Snapshot, bytes, ConversationRow, MessageRow]:
-        """The row of the visible message ``message_id_`` (its receipt names its ordinal);
-        ``NotFound`` for an unknown, malformed or hidden one."""
-        if wanted is None:
-            try:
-                wanted = MessageID.parse(message_id_)
-            except NotFound as e:
-                raise NotFound(f"conversation {conv!r}: {e}") from None
-        opened = self._open(conv)
-        if opened is None:
-            raise NotFound(f"conversation {conv!r} has no message {message_id_!r} (unknown or cleared conversation)")
-        snap, c, row = opened
-        raw = snap.get(keys.receipt_key(c, wanted.append_id.encode("utf-8")))
-        receipt = ReceiptRow.decode(raw) if raw is not None else None
-        if receipt is None or wanted.index >= receipt.count:
-            raise NotFound(f"conversation {conv!r} has no message {message_id_!r} "
-                           "(message ids are APPEND_ID/INDEX, as entries() shows them)")
-        ord_, seq = receipt.first_ord + wanted.index, receipt.first_seq + wanted.index
-        value = snap.get(keys.message_key(c, ord_)) if ord_ < row.messages else None
-        message = MessageRow.decode(value) if value is not None else None
-        if message is None or message.seq != seq:  # its turn was replaced: another message has the ordinal now
-            raise NotFound(f"message {message_id_!r} of {conv!r} is hidden: its turn was replaced "
-                           "(entries(..., include_hidden=True) lists it)")
-        return snap, c, row, message
-
-    def latest_turn(self, conv: str) -> HistoryTurn | None:
-        """The latest visible user-led turn, or None."""
-        opened = self._open(conv)
-        if opened is None:
-            return None
-        snap, c, row = opened
-        if row.turn == 0 or row.messages == 0:
-            return None
-        return self._turn(snap, c, row.messages, row.turn, row.allotted)
-
-    def _turn(self, snap: Snapshot, conv: bytes, count: int, turn: int, allotted: int) -> HistoryTurn:
-        found = self._turn_at(snap, conv, turn)
-        assert found is not None and found[0] == turn  # Invariant: a visible message's turn is indexed.
-        # Before the scan (a snapshot has one iterator); only a conversation that allocated a slot has one.
-        slotted = self._slotted_ids(snap, conv, turn, turn + 1) if allotted else {}
-        messages: list[StoredMessage] = []
-        for _, value in snap.scan(keys.message_key(conv, found[2]), keys.message_key(conv, count)):
-            row = MessageRow.decode(value)
-            if row.turn != turn:
-                break
-            messages.append(_stored(row))
-        return _as_turn(turn, messages, slotted.get(turn))
-
-    def _slotted_ids(self, snap: Snapshot, conv: bytes, lo: int, hi: int) -> dict[int, str]:
-        """The ids of the slotted turns among the visible turns of positions ``[lo, hi)`` (one scan
-        of their ``T`` rows: O(turns); the callers skip it for a conversation that never allocated
-        a slot, ``ConversationRow.allotted`` 0)."""
-        found: dict[int, str] = {}
-        for key, value in snap.scan(keys.turn_key(conv, lo), keys.turn_key(conv, hi)):
-            slotted = keys.read_turn_id(value)
-            if slotted is not None:
-                found[keys.read_key_u64(key)] = slotted
-        return found
-
     def latest_interrupted_checkpoint(self, conv: str) -> StoredMessage | None:
         """The newest assistant message, if its metadata ``interrupted`` is JSON ``true``: an
         interrupted step no later assistant message completed (user and tool messages after it do
@@ -379,7 +273,7 @@ class Reads:
                 return None
             message = snap.get(keys.message_key(c, _ord_of(key)))
             assert message is not None  # Invariant: N and M rows are written together.
-            return _stored(MessageRow.decode(message))
+            return _stored(MessageRow.decode(message), None, None, snap, c)  # the scan stops here
         return None
 
     # -- budgets and measures ----------------------------------------------------------------------
@@ -409,22 +303,22 @@ class Reads:
     def within_bytes(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None,
                      unit: Unit) -> HistoryLoad[StoredMessage]:
         """The byte-budgeted window (``read_within_bytes``, docs/design.md §5.2) in O(window)."""
-        rows, truncated = self._budget(conv, max_bytes, after, before, unit, keys.message_key, _message_head)
-        return HistoryLoad([_stored(MessageRow.decode(v)) for v in rows], truncated)
+        opened = self._open(conv)
+        rows, truncated = self._budget(opened, max_bytes, after, before, unit, keys.message_key, _message_head)
+        return HistoryLoad(_stored_rows(opened, rows), truncated)
 
     def turn_sources(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None,
                      unit: Unit) -> HistoryLoad[TurnSource]:
         """The same window over the narrow turn-source rows: no message row is read."""
-        rows, truncated = self._budget(conv, max_bytes, after, before, unit, keys.source_key,
+        rows, truncated = self._budget(self._open(conv), max_bytes, after, before, unit, keys.source_key,
                                        SourceRow.decode_head)
         return HistoryLoad([_source(v) for v in rows], truncated)
 
-    def _budget(self, conv: str, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None, unit: Unit,
-                key: Callable[[bytes, int], bytes], head: Callable[[bytes], tuple[int, int]]
+    def _budget(self, opened: Opened | None, max_bytes: int, after: HistoryPosition, before: HistoryPosition | None,
+                unit: Unit, key: Callable[[bytes, int], bytes], head: Callable[[bytes], tuple[int, int]]
                 ) -> tuple[list[bytes], bool]:
         bounds = _cursors(after, before)
-        opened = None if bounds is _NOTHING else self._open(conv)
-        if opened is None:
+        if opened is None or bounds is _NOTHING:
             return [], False
         snap, c, row = opened
         lo, hi = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
@@ -456,26 +350,25 @@ class Reads:
         suffix of whole turns that fits. Raises ``WindowTooSmall`` as WindowReader does. The
         rows are ``_window_rows``'s, so ``window_entries`` shows where each of these is stored. With
         ``before``, the window of the messages before that position (a retry's history)."""
-        system, suffix = self._window_rows(conv, limit, before)
+        system, suffix = self._window_rows(self._open(conv), limit, before)
         head = [merge_system([_message(v) for v in system])] if system else []
         return head + [_message(v) for v in suffix]
 
     def window_canonical(self, conv: str, limit: int, before: HistoryPosition | None = None) -> list[bytes]:
         """``window``'s messages as their canonical JSON, the suffix's straight from the rows it
         stored (no decoding, no re-validation: what the service sends as it is)."""
-        system, suffix = self._window_rows(conv, limit, before)
+        system, suffix = self._window_rows(self._open(conv), limit, before)
         head = [merge_system([_message(v) for v in system]).canonical_json()] if system else []
         return head + [MessageRow.canonical_of(v) for v in suffix]
 
     # -- reads whose result carries where each message is stored ----------------------------------
-    def _window_rows(self, conv: str, limit: int, before: HistoryPosition | None = None
+    def _window_rows(self, opened: Opened | None, limit: int, before: HistoryPosition | None = None
                      ) -> tuple[list[bytes], list[bytes]]:
         """The M rows of the window (of the messages before ``before``, when given): the system
         messages' (to merge) and those of the longest suffix of whole turns that fits next to
         them, in stored order. Visits O(limit) rows."""
         bounds = _cursors(None, before)
-        opened = None if bounds is _NOTHING else self._open(conv)
-        if opened is None:
+        if opened is None or bounds is _NOTHING:
             return [], []
         snap, c, row = opened
         _, end = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
@@ -508,41 +401,17 @@ class Reads:
 
     def window_entries(self, conv: str, limit: int) -> StoredWindow:
         """``window``'s messages from the same rows, with their stored form (positions, ids)."""
-        system, suffix = self._window_rows(conv, limit)
-        merged = merge_system([_message(v) for v in system]) if system else None
-        return StoredWindow(merged, [_stored(MessageRow.decode(v)) for v in suffix])
-
-    def turns(self, conv: str) -> list[HistoryTurn]:
-        """Every visible user-led turn in order, each as ``turn()`` builds it, from one scan of
-        the message rows starting at the first turn's first message (the rows before it belong
-        to no turn): O(messages returned). The last one is ``latest_turn()``."""
         opened = self._open(conv)
-        if opened is None:
-            return []
-        snap, c, row = opened
-        first = self._turn_at(snap, c, 1) if row.turn > 0 else None
-        if first is None:
-            return []
-        slotted = self._slotted_ids(snap, c, first[0], row.turn + 1) if row.allotted else {}
-        groups: list[list[StoredMessage]] = []
-        current = -1
-        for _, value in snap.scan(keys.message_key(c, first[2]), keys.message_key(c, row.messages)):
-            message = MessageRow.decode(value)
-            if message.turn != current:
-                groups.append([])
-                current = message.turn
-            groups[-1].append(_stored(message))
-        return [_as_turn(group[0].position.turn, group, slotted.get(group[0].position.turn)) for group in groups]
+        system, suffix = self._window_rows(opened, limit)
+        merged = merge_system([_message(v) for v in system]) if system else None
+        return StoredWindow(merged, _stored_rows(opened, suffix))
+
+def _stored_rows(opened: Opened | None, values: list[bytes]) -> list[StoredMessage]:
+    """``navigation.stored_all`` of a read's ``M`` rows, on the snapshot they were read from."""
+    return navigation.stored_all(opened.snap, opened.conv, values) if opened is not None else []
 
 
 def _message(value: bytes) -> Message:
     """The message of an M row, without decoding the rest of the row."""
     return Message.from_stored(MessageRow.canonical_of(value))
 
-
-def _as_turn(turn: int, messages: list[StoredMessage], slotted: str | None = None) -> HistoryTurn:
-    """The ``HistoryTurn`` of turn position ``turn`` from its visible messages in stored order;
-    its id is ``slotted`` (its slot's) when it was filed under a slot, else its first message's."""
-    assistant = [m.id for m in messages if m.message.role == Role.ASSISTANT]
-    first = messages[0].id
-    return HistoryTurn(slotted or first, turn, first, assistant[-1] if assistant else None, messages)

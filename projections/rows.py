@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from schemas.events import REPLACE_REASONS
 
 __all__ = [
+    "FLAG_ASSETS",
     "FLAG_INTERRUPTED",
     "REASONS",
     "AggregateRow",
@@ -105,6 +106,9 @@ class ReceiptRow:
 
 _MSG = struct.Struct(">QQQIBBIH")
 FLAG_INTERRUPTED = 1
+FLAG_ASSETS = 2
+"""A message row whose message has linked assets (``G`` rows): a read looks them up only then."""
+_FLAGS_AT = 29  # the offset of ``flags`` in ``_MSG``
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,11 @@ class MessageRow:
     def canonical_of(b: bytes) -> bytes:
         """The message's canonical JSON, without decoding the rest of the row."""
         return b[_MSG.size + _MSG.unpack_from(b)[7]:]
+
+    @staticmethod
+    def flagged(b: bytes, flag: int) -> bytes:
+        """The encoded row ``b`` with ``flag`` set, nothing else changed."""
+        return b[:_FLAGS_AT] + bytes((b[_FLAGS_AT] | flag,)) + b[_FLAGS_AT + 1:]
 
     @staticmethod
     def decode_head(b: bytes) -> tuple[int, int, int]:

@@ -4,6 +4,7 @@ Everything here is validated on construction and immutable. The canonical JSON o
 (``docs/canonical-json.md``) is what the log stores and digests.
 """
 
+from schemas.assets import AssetRef
 from schemas.batch import Batch, HistoryLoad, HistoryTurn, Located, Measure, Receipt, StoredMessage, TurnSource
 from schemas.canonical import FrozenDict, RawJSON, digest_of
 from schemas.chat import (
@@ -77,6 +78,7 @@ from schemas.slots import TurnSlot
 __all__ = [
     "AppendConflict",
     "AppendID",
+    "AssetRef",
     "Batch",
     "ChatDelta",
     "ChatRequest",

@@ -3,8 +3,8 @@
 A part of the events' wire format (``schemas.events`` frames these bodies and is its home; the
 schemas themselves are the ``.avsc`` files): for exactly the writer schemas ``encode_event`` uses
 (``batch_appended.avsc`` v2, ``.v3``, ``.v4`` and ``.v5``, ``turn_replaced.avsc`` v1, ``.v2`` and
-``.v3``, ``conversation_cleared.avsc``, ``run_begun.avsc``, ``turn_allocated.avsc``), the body as
-the Avro specification's binary encoding gives it:
+``.v3``, ``conversation_cleared.avsc``, ``run_begun.avsc``, ``turn_allocated.avsc``,
+``assets_linked.avsc``), the body as the Avro specification's binary encoding gives it:
 
 * ``int`` / ``long``: zig-zag, then a base-128 varint, least significant group first;
 * ``string`` / ``bytes``: the byte length as a ``long``, then the (UTF-8) bytes;
@@ -27,8 +27,9 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["ALLOCATED_FIELDS", "BATCH_FIELDS", "CLEARED_FIELDS", "REPLACED_FIELDS", "RUN_FIELDS", "SEALED_FIELDS",
-           "SLOT_FIELDS", "TAIL_FIELDS", "allocated_body", "batch_body", "cleared_body", "replaced_body", "run_body"]
+__all__ = ["ALLOCATED_FIELDS", "ASSETS_FIELDS", "BATCH_FIELDS", "CLEARED_FIELDS", "REPLACED_FIELDS", "RUN_FIELDS",
+           "SEALED_FIELDS", "SLOT_FIELDS", "TAIL_FIELDS", "allocated_body", "assets_body", "batch_body", "cleared_body",
+           "replaced_body", "run_body"]
 
 BATCH_FIELDS: Final = (("conversation_id", "string"), ("append_id", "string"), ("digest", "string"),
                        ("messages", "bytes"), ("message_count", "int"), ("content_bytes", "long"),
@@ -48,6 +49,9 @@ SLOT_FIELDS: Final = (("turn_id", ["null", "string"]), ("turn_position", ["null"
 """The fields ``BatchAppended`` v5 adds after those."""
 ALLOCATED_FIELDS: Final = (("conversation_id", "string"), ("slot_id", "string"), ("created_at_ms", "long"))
 """``TurnAllocated``'s fields as written here."""
+ASSETS_FIELDS: Final = (("conversation_id", "string"), ("message_id", "string"), ("assets", "bytes"),
+                        ("created_at_ms", "long"))
+"""``AssetsLinked``'s fields as written here, before its ``sealed``."""
 RUN_FIELDS: Final = (("conversation_id", "string"), ("run_id", "string"), ("created_at_ms", "long"))
 """``RunBegun``'s fields as written here."""
 
@@ -151,6 +155,19 @@ def run_body(conversation_id: str, run_id: str, created_at_ms: int) -> bytes:
 def allocated_body(conversation_id: str, slot_id: str, created_at_ms: int) -> bytes:
     """A ``TurnAllocated`` body (the same layout as ``RunBegun``'s)."""
     return run_body(conversation_id, slot_id, created_at_ms)
+
+
+def assets_body(conversation_id: str, message_id: str, assets: bytes, created_at_ms: int,
+                sealed: tuple[str, bytes, bytes, bytes] | None) -> bytes:
+    """An ``AssetsLinked`` body."""
+    c = conversation_id.encode("utf-8")
+    m = message_id.encode("utf-8")
+    parts = [_long(len(c)), c, _long(len(m)), m, _long(len(assets)), assets, _long(created_at_ms)]
+    if sealed is None:
+        parts.append(b"\x00")
+    else:
+        _sealed(parts, *sealed)
+    return b"".join(parts)
 
 
 def cleared_body(conversation_id: str, created_at_ms: int) -> bytes:

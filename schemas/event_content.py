@@ -11,14 +11,14 @@ from typing import TYPE_CHECKING
 
 from schemas.canonical import digest_of
 from schemas.errors import CorruptLog, HistoryError
-from schemas.events import BatchAppended, TurnReplaced
-from schemas.sealed import SEALED_BATCH, SEALED_REPLACED, DataKey, open_sealed, seal
+from schemas.events import AssetsLinked, BatchAppended, TurnReplaced
+from schemas.sealed import SEALED_ASSETS, SEALED_BATCH, SEALED_REPLACED, DataKey, open_sealed, seal
 
 if TYPE_CHECKING:
     from schemas.batch import Batch
     from schemas.messages import Message
 
-__all__ = ["event_batch", "open_content", "open_event", "seal_event"]
+__all__ = ["Content", "event_batch", "open_content", "open_event", "seal_assets", "seal_event"]
 
 
 _READERS: list[Callable[[str, str, bytes], Batch]] = []
@@ -42,8 +42,28 @@ def _starts_turn(message: Message) -> bool:
     return starts_turn(message)
 
 
-def _record_of(event: BatchAppended | TurnReplaced) -> str:
+Content = BatchAppended | TurnReplaced | AssetsLinked
+"""The events whose content is sealed: a batch's messages, a replacement's, a link's refs."""
+
+
+def _record_of(event: Content) -> str:
+    if isinstance(event, AssetsLinked):
+        return SEALED_ASSETS
     return SEALED_BATCH if isinstance(event, BatchAppended) else SEALED_REPLACED
+
+
+def _bound_id(event: Content) -> str:
+    """The id the sealed content is bound to besides its conversation (associated data)."""
+    return event.message_id if isinstance(event, AssetsLinked) else event.append_id
+
+
+def seal_assets(event: AssetsLinked, key: DataKey) -> AssetsLinked:
+    """The sealed form of a plain ``AssetsLinked``: its refs encrypted under ``key``, ``assets``
+    emptied (as ``seal_event`` seals a batch)."""
+    assert event.sealed is None  # Invariant: writers seal the plain event they built, once.
+    sealed = seal(key, event.assets, conversation_id=event.conversation_id, append_id=event.message_id,
+                  record=SEALED_ASSETS)
+    return AssetsLinked(event.conversation_id, event.message_id, b"", event.created_at_ms, sealed)
 
 
 def seal_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppended | TurnReplaced:
@@ -61,14 +81,14 @@ def seal_event(event: BatchAppended | TurnReplaced, key: DataKey) -> BatchAppend
                         event.created_at_ms, event.old_turn_id, event.reason, sealed, event.fence, event.run_id)
 
 
-def open_content(event: BatchAppended | TurnReplaced, key: DataKey) -> bytes:
+def open_content(event: Content, key: DataKey) -> bytes:
     """The content of a sealed event, opened under ``key`` (its ``sealed.key_id``'s data key):
     the canonical JSON its ``sealed`` holds, for ``event_batch(event, content=...)``, which checks
     it without a plain event being built. ``DecryptionFailed`` (a ``CorruptLog``: poison) when it
     does not open."""
     sealed = event.sealed
     assert sealed is not None  # Invariant: callers open sealed events only.
-    return open_sealed(key, sealed, conversation_id=event.conversation_id, append_id=event.append_id,
+    return open_sealed(key, sealed, conversation_id=event.conversation_id, append_id=_bound_id(event),
                        record=_record_of(event))
 
 

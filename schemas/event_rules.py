@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from schemas.assets import AssetRef, assets_from_json, assets_json, check_assets
 from schemas.canonical import DIGEST_PATTERN
 from schemas.errors import HistoryError, NotFound
 from schemas.ids import AppendID, ConversationID, MessageID, RunID
@@ -25,8 +26,10 @@ __all__ = [
     "check_allocated_record",
     "check_batch_record",
     "check_cleared_record",
+    "check_linked_record",
     "check_replaced_record",
     "check_run_record",
+    "linked_refs",
     "slot_turn_problem",
     "turn_id_problem",
 ]
@@ -123,6 +126,39 @@ def slot_turn_problem(value: str) -> str:
     if problem:
         return problem
     return "" if MessageID.parse(value).index == 0 else "not a turn slot's id (<slot id>/0)"
+
+
+def check_linked_record(rec: dict[str, Any]) -> None:
+    """An ``AssetsLinked`` record's fields (its refs are checked by ``linked_refs`` once opened)."""
+    _valid_common(rec)
+    problem = turn_id_problem(rec["message_id"])
+    if problem:
+        raise InvalidField("message_id", problem.replace("turn id", "message id"))
+    sealed = rec.get("sealed")
+    if sealed is not None:
+        if rec["assets"] != b"":
+            raise InvalidField("sealed", "a sealed record carries no plain assets (assets must be empty)")
+        problem = key_id_problem(sealed["key_id"])
+        if problem:
+            raise InvalidField("sealed", problem)
+        if len(sealed["ciphertext"]) < TAG_BYTES:
+            raise InvalidField("sealed", f"the ciphertext is shorter than its {TAG_BYTES}-byte tag")
+    else:
+        linked_refs(rec["assets"])
+
+
+def linked_refs(data: bytes) -> tuple[AssetRef, ...]:
+    """The refs an ``AssetsLinked`` carries (its plain ``assets``, or its opened content), checked:
+    exactly the canonical JSON ``schemas.assets.assets_json`` writes of 1 to ``MAX_ASSETS`` valid
+    refs, one per ordinal, in ordinal order; ``InvalidField("assets", ...)`` otherwise."""
+    try:
+        refs = assets_from_json(data)
+        checked = check_assets(refs)
+    except HistoryError as e:
+        raise InvalidField("assets", str(e)) from None
+    if assets_json(checked) != data:
+        raise InvalidField("assets", "not the canonical JSON of refs sorted by ordinal, one per ordinal")
+    return checked
 
 
 def check_allocated_record(rec: dict[str, Any]) -> None:

@@ -18,7 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from schemas.runs import Fence
     from schemas.slots import TurnSlot
 
-__all__ = ["NAMESPACE", "BatchAppended", "ConversationCleared", "Event", "RunBegun", "TurnAllocated", "TurnReplaced"]
+__all__ = ["NAMESPACE", "AssetsLinked", "BatchAppended", "ConversationCleared", "Event", "RunBegun", "TurnAllocated",
+           "TurnReplaced"]
 
 NAMESPACE: Final = "histlog.events"
 
@@ -112,6 +113,21 @@ class TurnAllocated:
 
 
 @dataclass(frozen=True, slots=True)
+class AssetsLinked:
+    """Media references linked to a visible message (``schemas/assets_linked.avsc``,
+    ``link_assets``): ``assets`` is the canonical JSON array of the refs (``schemas.assets``), or
+    empty when ``sealed`` holds it. Its record key's second part is the message id."""
+
+    AVRO_NAME: ClassVar[str] = f"{NAMESPACE}.AssetsLinked"
+
+    conversation_id: str
+    message_id: str
+    assets: bytes
+    created_at_ms: int
+    sealed: Sealed | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class TurnReplaced:
     """Edit or retry (``schemas/turn_replaced.v3.avsc``): hides the latest visible turn
     ``old_turn_id`` and appends the replacement turn, atomically. Keyed like a batch."""
@@ -152,4 +168,4 @@ class TurnReplaced:
                    None if fence is None else fence.epoch, run_id)
 
 
-Event = BatchAppended | ConversationCleared | TurnReplaced | RunBegun | TurnAllocated
+Event = BatchAppended | ConversationCleared | TurnReplaced | RunBegun | TurnAllocated | AssetsLinked

@@ -1,4 +1,4 @@
-"""The log's event records and their codec: Avro single-object encoding (about 520 lines: the
+"""The log's event records and their codec: Avro single-object encoding (about 550 lines: the
 events, their plain and sealed forms and their codec are one wire format, kept in one module;
 the field rules live in ``schemas.event_rules``, the cipher in ``schemas.sealed``, sealing,
 opening and checking an event's content in ``schemas.event_content``).
@@ -62,6 +62,7 @@ from fastavro.schema import fingerprint, to_parsing_canonical_form
 from schemas.errors import CorruptLog
 from schemas.event_body import (
     ALLOCATED_FIELDS,
+    ASSETS_FIELDS,
     BATCH_FIELDS,
     CLEARED_FIELDS,
     REPLACED_FIELDS,
@@ -71,6 +72,7 @@ from schemas.event_body import (
     TAIL_FIELDS,
     Tail,
     allocated_body,
+    assets_body,
     batch_body,
     cleared_body,
     replaced_body,
@@ -86,11 +88,13 @@ from schemas.event_rules import (
     check_allocated_record,
     check_batch_record,
     check_cleared_record,
+    check_linked_record,
     check_replaced_record,
     check_run_record,
 )
 from schemas.event_types import (
     NAMESPACE,
+    AssetsLinked,
     BatchAppended,
     ConversationCleared,
     Event,
@@ -102,6 +106,7 @@ from schemas.sealed import Sealed
 from schemas.times import check_time_ms
 
 __all__ = [
+    "ASSETS_LINKED_FINGERPRINT",
     "BATCH_APPENDED_FINGERPRINT",
     "BATCH_APPENDED_V1_FINGERPRINT",
     "BATCH_APPENDED_V2_FINGERPRINT",
@@ -115,6 +120,7 @@ __all__ = [
     "TURN_ALLOCATED_FINGERPRINT",
     "TURN_REPLACED_FINGERPRINT",
     "TURN_REPLACED_V1_FINGERPRINT",
+    "AssetsLinked",
     "BatchAppended",
     "ConversationCleared",
     "Event",
@@ -146,6 +152,7 @@ _CURRENT_FILES: Final[dict[str, str]] = {
     TurnReplaced.AVRO_NAME: "turn_replaced.v3.avsc",
     RunBegun.AVRO_NAME: "run_begun.avsc",
     TurnAllocated.AVRO_NAME: "turn_allocated.avsc",
+    AssetsLinked.AVRO_NAME: "assets_linked.avsc",
 }
 _HISTORIC_FILES: Final = ("batch_appended.v1.avsc", "batch_appended.avsc", "turn_replaced.avsc",
                           "batch_appended.v3.avsc", "turn_replaced.v2.avsc", "batch_appended.v4.avsc")
@@ -217,12 +224,19 @@ def _build_allocated(rec: dict[str, Any]) -> Event:
     return TurnAllocated(**rec)
 
 
+def _build_linked(rec: dict[str, Any]) -> Event:
+    check_linked_record(rec)
+    _sealed_of(rec)
+    return AssetsLinked(**rec)
+
+
 _BUILDERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
     BatchAppended.AVRO_NAME: _build_batch,
     ConversationCleared.AVRO_NAME: _build_cleared,
     TurnReplaced.AVRO_NAME: _build_replaced,
     RunBegun.AVRO_NAME: _build_run,
     TurnAllocated.AVRO_NAME: _build_allocated,
+    AssetsLinked.AVRO_NAME: _build_linked,
 }
 
 
@@ -258,6 +272,9 @@ RUN_BEGUN_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[RunBegun.AVRO_NAME]
 TURN_ALLOCATED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[TurnAllocated.AVRO_NAME]
 """Fingerprint bytes of the ``TurnAllocated`` schema (frame bytes 2..9)."""
 
+ASSETS_LINKED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[AssetsLinked.AVRO_NAME]
+"""Fingerprint bytes of the ``AssetsLinked`` schema (frame bytes 2..9)."""
+
 _WRITERS: dict[bytes, _Writer] = {
     fp: _Writer(fp, name, _CURRENT[name], None, _BUILDERS[name]) for name, fp in _CURRENT_FINGERPRINTS.items()
 }
@@ -268,6 +285,7 @@ _PREFIX_CLEARED: Final = MAGIC + CONVERSATION_CLEARED_FINGERPRINT
 _PREFIX_REPLACED: Final = MAGIC + TURN_REPLACED_FINGERPRINT
 _PREFIX_RUN: Final = MAGIC + RUN_BEGUN_FINGERPRINT
 _PREFIX_ALLOCATED: Final = MAGIC + TURN_ALLOCATED_FINGERPRINT
+_PREFIX_LINKED: Final = MAGIC + ASSETS_LINKED_FINGERPRINT
 
 
 def _full_name(name: str) -> str:
@@ -385,6 +403,7 @@ assert _layout(_CURRENT[TurnReplaced.AVRO_NAME]) == [*REPLACED_FIELDS, _SEALED_L
 assert _layout(_CURRENT[ConversationCleared.AVRO_NAME]) == list(CLEARED_FIELDS)
 assert _layout(_CURRENT[RunBegun.AVRO_NAME]) == list(RUN_FIELDS)
 assert _layout(_CURRENT[TurnAllocated.AVRO_NAME]) == list(ALLOCATED_FIELDS)
+assert _layout(_CURRENT[AssetsLinked.AVRO_NAME]) == [*ASSETS_FIELDS, _SEALED_LAYOUT]
 
 # --------------------------------------------------------------------------- codec
 
@@ -484,6 +503,16 @@ def encode_event(event: Event) -> bytes:
             _check_str(event.slot_id, "slot_id")
             return _PREFIX_ALLOCATED + allocated_body(event.conversation_id, event.slot_id, event.created_at_ms)
         return _PREFIX_CLEARED + cleared_body(event.conversation_id, event.created_at_ms)
+    if cls is AssetsLinked:
+        assert isinstance(event, AssetsLinked)  # Invariant: the exact type check above.
+        _check_str(event.conversation_id, "conversation_id")
+        _check_str(event.message_id, "message_id")
+        if type(event.assets) is not bytes:
+            raise TypeError(f"assets must be bytes, not {type(event.assets).__name__}")
+        _check_int(event.created_at_ms, "created_at_ms", LONG_MIN, LONG_MAX)
+        check_time_ms(event.created_at_ms)
+        return _PREFIX_LINKED + assets_body(event.conversation_id, event.message_id, event.assets,
+                                            event.created_at_ms, _sealed_parts(event.sealed))
     raise TypeError(f"not a histlog event: {cls.__name__}")
 
 

@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 
+from schemas.assets import AssetRef
 from schemas.ids import AppendID
 from schemas.messages import Message, Role
 from schemas.positions import HistoryPosition
@@ -24,7 +25,8 @@ class StoredMessage:
 
     ``superseded_by`` and ``reason`` are set only on hidden messages (listed by
     ``entries(..., include_hidden=True)``): the id of the turn that replaced theirs, and
-    ``"edit"`` or ``"retry"``."""
+    ``"edit"`` or ``"retry"``. ``assets`` are the media references linked to it (``link_assets``),
+    in ordinal order."""
 
     id: str
     message: Message
@@ -33,6 +35,7 @@ class StoredMessage:
     created_at: datetime
     superseded_by: str | None = None
     reason: str | None = None
+    assets: tuple[AssetRef, ...] = ()
 
     @property
     def hidden(self) -> bool:
@@ -40,8 +43,9 @@ class StoredMessage:
 
     def to_json(self) -> bytes:
         """``{"append_id", "created_at", "id", "message", "position"}`` (plus ``"reason"`` and
-        ``"superseded_by"`` when hidden) as compact JSON with sorted keys: the message embedded as
-        its canonical JSON, ``created_at`` as ``iso_time`` spells it, the position as ``"TURN:SEQ"``."""
+        ``"superseded_by"`` when hidden, ``"assets"`` when it has some) as compact JSON with sorted
+        keys: the message embedded as its canonical JSON, ``created_at`` as ``iso_time`` spells it,
+        the position as ``"TURN:SEQ"``."""
         tree: dict[str, Any] = {
             "append_id": str(self.append_id),
             "created_at": iso_time(self.created_at),
@@ -52,6 +56,8 @@ class StoredMessage:
         if self.superseded_by is not None:
             tree["reason"] = self.reason
             tree["superseded_by"] = self.superseded_by
+        if self.assets:
+            tree["assets"] = [a.tree() for a in self.assets]
         return orjson.dumps(tree, option=orjson.OPT_SORT_KEYS)
 
 

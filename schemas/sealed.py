@@ -57,6 +57,7 @@ __all__ = [
     "KEY_ID_LENGTH",
     "MAC_BYTES",
     "NONCE_BYTES",
+    "SEALED_ASSETS",
     "SEALED_BATCH",
     "SEALED_REPLACED",
     "SECRET_BYTES",
@@ -84,7 +85,9 @@ SEALED_BATCH: Final = "histlog.events.BatchAppended/3"
 """The record a sealed batch lives in (name/version), part of its associated data."""
 SEALED_REPLACED: Final = "histlog.events.TurnReplaced/2"
 """The record a sealed replacement turn lives in (name/version), part of its associated data."""
-_RECORDS: Final = frozenset({SEALED_BATCH, SEALED_REPLACED})
+SEALED_ASSETS: Final = "histlog.events.AssetsLinked/1"
+"""The record sealed asset refs live in (name/version); their "append id" is the message id."""
+_RECORDS: Final = frozenset({SEALED_BATCH, SEALED_REPLACED, SEALED_ASSETS})
 
 DERIVED_KEYS: Final = 16_384
 """At most this many data keys hold their derived state at once (an ``AESGCM`` with its OpenSSL
@@ -267,7 +270,8 @@ def associated_data(record: str, conversation_id: str, append_id: str, key_id: s
         b"histlog sealed v1" | u32be len + record | u32be len + conversation id
                              | u32be len + append id | u32be len + key id
 
-    (``record`` is ``SEALED_BATCH`` or ``SEALED_REPLACED``: the event's name and schema version.)
+    (``record`` is ``SEALED_BATCH``, ``SEALED_REPLACED`` or ``SEALED_ASSETS``: the event's name
+    and schema version; for asset refs the "append id" is the message id.)
     Length prefixes make the encoding injective: no two field tuples give the same bytes."""
     c, a, k = conversation_id.encode("utf-8"), append_id.encode("utf-8"), key_id.encode("utf-8")
     return b"".join((_AD_PREFIX[record], _U32(len(c)), c, _U32(len(a)), a, _U32(len(k)), k))

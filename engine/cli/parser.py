@@ -19,6 +19,7 @@ from engine.cli.target import DEFAULT_DATA, DEFAULT_TOPIC, Target
 from engine.cli.tools import cmd_bench, cmd_demo, cmd_log_verify, cmd_replay
 from engine.cli.writes import (
     cmd_append,
+    cmd_assets_link,
     cmd_clear,
     cmd_clear_prefix,
     cmd_replace_turn,
@@ -237,6 +238,24 @@ def build_parser() -> argparse.ArgumentParser:
                 into=turn_sub)
     p.add_argument("conversation", metavar="CONVERSATION")
     p.add_argument("--json", action="store_true", help='print {"conversation_id", "turn_id", "position"}')
+
+    p = command("assets", None, "media references on messages (assets link)")
+    assets_sub = p.add_subparsers(dest="assets_command", metavar="ASSETS_COMMAND", parser_class=_Parser,
+                                  required=True)
+    p = command("link", cmd_assets_link, "link a media reference to a visible message; print its assets",
+                "Link one media reference (content-addressed: --hash is the file's sha256:) to the visible "
+                "message MESSAGE_ID (APPEND_ID/INDEX) of CONVERSATION and print all its assets, one JSON object "
+                "a line. The same reference again changes nothing; another one at a linked --ordinal exits 3.",
+                into=assets_sub)
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("message_id", metavar="MESSAGE_ID")
+    p.add_argument("--hash", required=True, metavar="sha256:HEX", help="the media file's sha256: and 64 hex digits")
+    p.add_argument("--role", required=True, help="what the media is to the message (image, attachment, ...)")
+    p.add_argument("--ordinal", type=_integer, default=0, help="its place among the message's assets (default 0)")
+    p.add_argument("--mime", help="its media type")
+    p.add_argument("--size", type=_integer, help="its size in bytes")
+    p.add_argument("--storage-key", help="where it is stored (an object key)")
+    p.add_argument("--name", help="its file name")
 
     p = command("stats", cmd_stats, "log offsets, lag and admission counts")
     p.add_argument("--json", action="store_true", help="one JSON object")

@@ -13,6 +13,7 @@ from engine.arguments import check_clear_prefix
 from engine.cli.exits import OK, UsageError
 from engine.cli.target import Target
 from engine.render import print_lines
+from schemas.assets import AssetRef
 from schemas.batch import Batch
 from schemas.errors import InvalidBatch, InvalidRequest, NotFound
 from schemas.ids import ConversationID
@@ -20,8 +21,8 @@ from schemas.messages import Message, Role, TextPart, starts_turn
 from schemas.runs import Fence
 from schemas.slots import TurnSlot
 
-__all__ = ["cmd_append", "cmd_clear", "cmd_clear_prefix", "cmd_replace_turn", "cmd_run_begin", "cmd_run_show",
-           "cmd_turn_allocate"]
+__all__ = ["cmd_append", "cmd_assets_link", "cmd_clear", "cmd_clear_prefix", "cmd_replace_turn", "cmd_run_begin",
+           "cmd_run_show", "cmd_turn_allocate"]
 
 
 def _batch_file(conversation: str, append_id: str, path: str) -> Batch:
@@ -155,4 +156,13 @@ def cmd_turn_allocate(ns: argparse.Namespace, target: Target, out: TextIO) -> in
     print_lines(out, json.dumps(tree) if ns.json else
                 f"turn {slot.turn_id} of {slot.conversation_id} reserved at position {slot.position}: append "
                 f"with --turn {slot.turn_id}:{slot.position}")
+    return OK
+
+
+def cmd_assets_link(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    ref = AssetRef(ns.hash, ns.role, ns.ordinal, mime=ns.mime, size_bytes=ns.size, storage_key=ns.storage_key,
+                   name=ns.name)  # InvalidRequest naming the field (exit 2) before the engine opens
+    with target.open() as engine:
+        linked = engine.link_assets(ns.conversation, ns.message_id, [ref])
+    print_lines(out, *(json.dumps(a.tree(), sort_keys=True) for a in linked))
     return OK

@@ -30,6 +30,7 @@ from engine.arguments import (
     check_cursors,
     check_ids,
     check_limit,
+    check_message_id,
     check_order,
     check_prefix,
     check_timeout,
@@ -40,6 +41,7 @@ from engine.arguments import (
 from engine.client.policy import Request
 from engine.facade import EngineStats
 from engine.runs import check_root_turn
+from engine.service import wire_assets
 from engine.service.wire import (
     MAX_INT,
     StatsOut,
@@ -59,6 +61,7 @@ from engine.service.wire_runs import fence_of, run_of
 from engine.service.wire_slots import slot_of, turn_json
 from projections.navigation import Order
 from projections.reads import Unit
+from schemas.assets import AssetRef, check_assets
 from schemas.batch import (
     Batch,
     HistoryLoad,
@@ -79,9 +82,10 @@ from schemas.runs import Fence, check_fence
 from schemas.slots import TurnSlot, check_slot
 
 __all__ = ["Plan", "allocate_turn", "append", "begin_run", "clear", "clear_prefix", "conversations", "entries",
-           "entries_by_ids", "latest_interrupted_checkpoint", "latest_turn", "locate", "measure", "poison",
-           "position_of", "read", "read_within_bytes", "replace_turn", "run_request_message", "run_wrote_history",
-           "stats", "turn", "turn_sources", "turn_sources_by_ids", "turns", "window", "window_entries"]
+           "entries_by_ids", "latest_interrupted_checkpoint", "latest_turn", "link_assets", "locate", "measure",
+           "poison", "position_of", "read", "read_within_bytes", "replace_turn", "run_request_message",
+           "run_wrote_history", "stats", "turn", "turn_sources", "turn_sources_by_ids", "turns", "window",
+           "window_entries"]
 
 T = TypeVar("T")
 Plan = Generator[Request, Any, T]
@@ -216,6 +220,19 @@ def allocate_turn(conversation_id: str, timeout: float | None = None) -> Plan[Tu
         raise InvalidRequest(f"the service answered allocate_turn of {str(conversation_id)!r} with a slot of "
                              f"{str(slot.conversation_id)!r}; is it a histlog server?")
     return slot
+
+
+def link_assets(conversation_id: str, message_id: str, refs: list[AssetRef],
+                timeout: float | None = None) -> Plan[tuple[AssetRef, ...]]:
+    """``HistoryEngine.link_assets``: ``PUT .../messages/{m}/assets`` (a resend changes nothing)."""
+    _timeout(timeout)
+    path = _conv(conversation_id)
+    m = check_message_id(message_id)
+    checked = check_assets(refs)  # before any request, as the engine checks them
+    body = orjson.dumps({"assets": [r.tree() for r in checked]})
+    tree = yield Request("PUT", f"{path}/messages/{_seg(m)}/assets", body=body, write=True, timeout=timeout,
+                         conversation=str(conversation_id))
+    return wire_assets.assets_of(tree)
 
 
 def _run(conversation_id: str, run_id: str, root_turn: str | None) -> Plan[Any]:

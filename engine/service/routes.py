@@ -22,7 +22,7 @@ from starlette.responses import Response
 from engine.arguments import EMPTY, check_clear_prefix
 from engine.cluster.ownership import OwnershipMap
 from engine.runs import check_root_turn
-from engine.service import wire, wire_bulk, wire_runs, wire_slots
+from engine.service import wire, wire_assets, wire_bulk, wire_runs, wire_slots
 from engine.service.auth import read_body
 from engine.service.forward import Forwarder, is_forwarded
 from engine.service.routing import Param, Router, segment
@@ -269,6 +269,12 @@ async def get_messages(request: Request, ctx: Context, query: dict[str, Any]) ->
     return json_response({"messages": wire.messages_json(rows)})
 
 
+async def put_assets(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    c, m = segment(request, "c"), segment(request, "m")
+    refs = wire_assets.assets_body_of(await read_body(request, ctx.max_body))
+    return json_response(wire_assets.assets_out(await ctx.router.engine(c).link_assets(c, m, list(refs))))
+
+
 async def get_position(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
     c, m = segment(request, "c"), segment(request, "m")
     await _at_least(ctx, c, query)
@@ -388,6 +394,10 @@ OPS: tuple[Op, ...] = (
        query=(Param("view", "view", "messages (default): StoredMessages; turn-sources: {\"sources\": [...]}, "
                     "as turn_sources_by_ids"), _AT_LEAST),
        body=wire_bulk.IdsBody, errors=(400, 401, 413, 503)),
+    Op("PUT", _C + "/messages/{m}/assets", "link_assets", "Link media references to a visible message "
+       "(idempotent: a ref already linked changes nothing, another ref at a linked ordinal is a conflict); "
+       "all its assets after the link", put_assets, (200, wire_assets.AssetsOut), body=wire_assets.AssetsBody,
+       errors=(400, 401, 404, 409, 410, 413, 503, 504)),
     Op("GET", _C + "/messages/{m}/position", "position_of", "Where a visible message is (TURN:SEQ, to page from it)",
        get_position, (200, wire.PositionOut), query=(_AT_LEAST,)),
     Op("GET", _C + "/external/{x}", "locate", "The newest visible message with this metadata external_id (a "

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from engine.cluster.ownership import OwnershipMap
 from engine.facade import EngineStats
+from engine.service.wire_assets import AssetModel, refs_of
 from engine.service.wire_slots import TurnIn
 from schemas.batch import HistoryLoad, HistoryTurn, Located, Measure, Receipt, StoredMessage, TurnSource
 from schemas.canonical import RawJSON, _Num, loads_exact
@@ -138,6 +139,7 @@ class StoredMessageModel(BaseModel):
     created_at: Annotated[str, Field(json_schema_extra={"format": "date-time"})]
     superseded_by: str | None = None
     reason: Literal["edit", "retry"] | None = None
+    assets: list[AssetModel] | None = None  # when it has some (link_assets)
 
 
 class TurnModel(BaseModel):
@@ -382,7 +384,7 @@ def stored_of(tree: Any) -> StoredMessage:
         raise InvalidRequest(str(invalid(exc, "stored message"))) from None
     return StoredMessage(model.id, model.message, HistoryPosition.parse(model.position), AppendID(model.append_id),
                          datetime.fromisoformat(model.created_at.replace("Z", "+00:00")),
-                         model.superseded_by, model.reason)
+                         model.superseded_by, model.reason, refs_of(model.assets) if model.assets else ())
 
 
 def located_json(found: Located) -> dict[str, Any]:

@@ -21,9 +21,12 @@ from schemas.event_rules import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
 from schemas.events import (
     _WRITERS,
     HEADER_SIZE,
+    AssetsLinked,
     BatchAppended,
     ConversationCleared,
     Event,
+    RunBegun,
+    TurnAllocated,
     TurnReplaced,
     decode_event,
     encode_event,
@@ -82,6 +85,29 @@ def test_a_replacement_body_is_fastavros(c: str, a: str, digest: str, messages: 
 @given(_IDS, _TIMES)
 def test_a_clear_body_is_fastavros(c: str, at: int) -> None:
     check(ConversationCleared(c, at))
+
+
+_OPTIONAL_LONGS = st.one_of(st.none(), _LONGS)
+_OPTIONAL_IDS = st.one_of(st.none(), _IDS)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_IDS, _IDS, _TEXT, _MESSAGES, _INTS, _LONGS, _TIMES, _SEALED, _OPTIONAL_LONGS, _OPTIONAL_IDS,
+       _OPTIONAL_IDS, _OPTIONAL_LONGS)
+def test_a_batch_body_with_a_run_or_a_slot_is_fastavros(c: str, a: str, digest: str, messages: bytes, count: int,
+                                                        size: int, at: int, sealed: Sealed | None, fence: int | None,
+                                                        run: str | None, turn: str | None,
+                                                        position: int | None) -> None:
+    check(BatchAppended(c, a, digest, messages, count, size, at, None, sealed, fence, run, turn, position))
+
+
+@settings(max_examples=200, deadline=None)
+@given(_IDS, _IDS, _MESSAGES, _TIMES, _SEALED)
+def test_slot_run_and_assets_bodies_are_fastavros(c: str, ident: str, assets: bytes, at: int,
+                                                  sealed: Sealed | None) -> None:
+    check(RunBegun(c, ident, at))
+    check(TurnAllocated(c, ident, at))
+    check(AssetsLinked(c, ident, assets, at, sealed))
 
 
 def test_valid_events_round_trip_byte_identical_to_fastavro() -> None:

@@ -30,6 +30,7 @@ from schemas.events import (
     MAGIC,
     TURN_REPLACED_FINGERPRINT,
     TURN_REPLACED_V1_FINGERPRINT,
+    AssetsLinked,
     BatchAppended,
     ConversationCleared,
     Event,
@@ -57,6 +58,7 @@ PINNED = {  # the current schemas: a batch under a turn slot, a replacement with
     "ConversationCleared": "c27975b3260a301e",
     "RunBegun": "19182be92f12e141",
     "TurnAllocated": "3ffc6d2cdbacce6c",
+    "AssetsLinked": "7b830a66679d230a",
     "TurnReplaced": "c26c752981b35508",
 }
 PINNED_RUN_BATCH = "6136f4c550cf0dc3"  # BatchAppended version 4: a batch with a run or a fence, no slot
@@ -93,6 +95,8 @@ batch_events = st.builds(
 clear_events = st.builds(ConversationCleared, conversation_id=st.text(), created_at_ms=TIMES)
 run_events = st.builds(RunBegun, conversation_id=st.text(), run_id=st.text(), created_at_ms=TIMES)
 allocated_events = st.builds(TurnAllocated, conversation_id=st.text(), slot_id=st.text(), created_at_ms=TIMES)
+linked_events = st.builds(AssetsLinked, conversation_id=st.text(), message_id=st.text(), assets=st.binary(),
+                          created_at_ms=TIMES)
 replaced_events = st.builds(
     TurnReplaced,
     conversation_id=st.text(),
@@ -107,7 +111,7 @@ replaced_events = st.builds(
     fence=st.none() | INT64,
     run_id=st.none() | st.text(),
 )
-events = st.one_of(batch_events, clear_events, replaced_events, run_events, allocated_events)
+events = st.one_of(batch_events, clear_events, replaced_events, run_events, allocated_events, linked_events)
 
 
 def _is_id(text: str) -> bool:

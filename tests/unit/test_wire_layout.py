@@ -50,7 +50,7 @@ def test_one_partition_takes_everything() -> None:
 def test_every_key_keeps_its_bytes() -> None:
     c = b"conv"
     ord8 = (3).to_bytes(8, "big")
-    assert keys.STATE_FORMAT == b"11"
+    assert keys.STATE_FORMAT == b"12"
     assert keys.conv_key(c) == b"Cconv"
     assert keys.read_conv_key(b"Cconv") == c
     assert keys.receipt_key(c, b"a/1") == b"Rconv\x1fa/1"
@@ -103,6 +103,7 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.slot_value(3, used=True) == ord8 + b"\x01" and keys.read_slot_value(ord8 + b"\x00") == (3, False)
     assert keys.turn_value(1, 3) == (1).to_bytes(8, "big") + ord8 and keys.read_turn_id(keys.turn_value(1, 3)) is None
     assert keys.read_turn_id(keys.turn_value(1, 3, b"s-1/0")) == "s-1/0"
+    assert keys.assets_key(c, 3) == b"Gconv\x1f" + ord8
     assert ConversationRow.decode(row.encode()) == row
     assert ConversationRow.decode(ConversationRow(closed=True).encode()) == ConversationRow(closed=True)
 
@@ -111,7 +112,7 @@ def test_ranges_keep_their_bounds() -> None:
     assert keys.conv_range(keys.MESSAGE, b"c") == (b"Mc\x1f", b"Mc\x20")
     assert keys.conversation_ranges(b"c") == [(p + b"c\x1f", p + b"c\x20") for p in (b"M", b"N", b"A", b"S", b"T",
                                                                                         b"H", b"R", b"W", b"X",
-                                                                                        b"F", b"J", b"L")]
+                                                                                        b"F", b"J", b"L", b"G")]
     assert keys.run_key(b"c", b"") == b"Fc\x1f" and keys.run_key(b"c", b"r") == b"Fc\x1fr"
     assert keys.run_epoch_key(b"c", 2) == b"Fc\x1f\x00" + (2).to_bytes(8, "big")
     assert keys.run_turn_key(b"c", b"r", b"a/0") == b"Jc\x1fr\x1fta/0"
