@@ -133,6 +133,12 @@ def _link_conflict(c: ConversationID, m: str, ordinal: int | None, reason: str =
                           conversation_id=c)
 
 
+def closed(c: ConversationID) -> ConversationClosed:
+    """What a write to the cleared conversation ``c`` raises."""
+    return ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
+                              "conversation id", conversation_id=c)
+
+
 def _on_loop() -> bool:
     """Whether this thread runs an event loop: its writes must never do the log's I/O (a thread
     that will wait for its decision anyway may lead the group commit: one hand-off less)."""
@@ -241,18 +247,22 @@ class Writes:
         return self._produce(record_key(c), encode_event(event), timeout, None, f"clear of {str(c)!r}",
                              "call clear again", lead=lead)
 
+    def _open_conversation(self, c: ConversationID) -> None:
+        """A write's checks before its record: the engine is open, it serves ``c``'s partition, and
+        ``c`` is not cleared (``ConversationClosed``)."""
+        self._check_open()
+        self._serve(c)
+        row = self._reads.conversation(c)
+        if row is not None and row.closed:
+            raise closed(c)
+
     def submit_begin_run(self, conversation_id: str, run_id: str, timeout: float) -> Submitted:
         """``begin_run``'s write: the run's fence at once when this state knows the run already
         (an epoch is permanent until a clear), else a ``RunBegun`` to wait on."""
         check_timeout(timeout)
         c = ConversationID(conversation_id)
         run = RunID(run_id)
-        self._check_open()
-        self._serve(c)
-        row = self._reads.conversation(c)
-        if row is not None and row.closed:
-            raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
-                                     "conversation id", conversation_id=c)
+        self._open_conversation(c)
         known = self._reads.run_epoch(c, run)
         if known:
             return Fence(c, run, known)
@@ -266,12 +276,7 @@ class Writes:
         reserves a new position; a retry inside the engine resends the same record)."""
         check_timeout(timeout)
         c = ConversationID(conversation_id)
-        self._check_open()
-        self._serve(c)
-        row = self._reads.conversation(c)
-        if row is not None and row.closed:
-            raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
-                                     "conversation id", conversation_id=c)
+        self._open_conversation(c)
         slot_id = f"slot-{uuid7()}"
         event = TurnAllocated(c, slot_id, _now_ms())
         return self._produce(record_key(c, slot_id), encode_event(event), timeout, None,
@@ -286,12 +291,7 @@ class Writes:
         c = ConversationID(conversation_id)
         m = check_message_id(message_id)
         checked = check_assets(refs)
-        self._check_open()
-        self._serve(c)
-        row = self._reads.conversation(c)
-        if row is not None and row.closed:
-            raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
-                                     "conversation id", conversation_id=c)
+        self._open_conversation(c)
         linked = self._reads.message_assets(c, m)
         if linked is not None:
             by_ordinal = {a.ordinal: a for a in linked}
@@ -305,8 +305,7 @@ class Writes:
             try:
                 event = seal_assets(event, self._keys.create(c))
             except KeyErased:
-                raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
-                                         "conversation id", conversation_id=c) from None
+                raise closed(c) from None
         return self._produce(record_key(c, m), encode_event(event), timeout, None,
                              f"link of assets to {m!r} of {str(c)!r}",
                              "call link_assets again (it is safe: linked refs are kept once)", link=(c, m))
@@ -419,8 +418,7 @@ class Writes:
             if decision.outcome in (Outcome.BEGUN, Outcome.DUPLICATE):
                 return Fence(c, run, decision.epoch)
             if decision.outcome is Outcome.REJECTED_CLOSED:
-                raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
-                                         "conversation id", conversation_id=c)
+                raise closed(c)
             raise CorruptLog(f"the event written at {written.position} was not accepted ({decision.reason}); "
                              "run `histlog stats` and `histlog log verify`, then call begin_run again",
                              reason=decision.reason, position=written.position)
@@ -429,8 +427,7 @@ class Writes:
             if decision.outcome in (Outcome.ALLOCATED, Outcome.DUPLICATE):
                 return TurnSlot(c, slot_turn_id(slot_id), decision.position)
             if decision.outcome is Outcome.REJECTED_CLOSED:
-                raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
-                                         "conversation id", conversation_id=c)
+                raise closed(c)
             raise CorruptLog(f"the event written at {written.position} was not accepted ({decision.reason}); "
                              "run `histlog stats` and `histlog log verify`, then call allocate_turn again",
                              reason=decision.reason, position=written.position)
@@ -459,8 +456,7 @@ class Writes:
             raise NotFound(f"cannot link assets in {str(c)!r}: {decision.reason or f'{m!r} is not visible'}; "
                            "assets link to visible messages (read entries() for their ids)")
         if outcome in (Outcome.REJECTED_CLOSED, Outcome.ERASED):
-            raise ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
-                                     "conversation id", conversation_id=c)
+            raise closed(c)
         raise CorruptLog(f"the event written at {written.position} was not accepted ({decision.reason}); "
                          "run `histlog stats` and `histlog log verify`, then call link_assets again",
                          reason=decision.reason, position=written.position)

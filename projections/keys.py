@@ -1,6 +1,7 @@
 """The one place that knows the RocksDB key layout of histlog's state: every keyspace, the
 navigation indexes included (the row values' formats, named in the table, are ``projections.rows``).
-About 500 lines on purpose: one home for every key byte, so no other module spells one.
+About 550 lines on purpose: one home for every key byte (every keyspace, runs, slots and assets
+included), so no other module spells one.
 
 All integers are fixed-width big-endian so byte order is numeric order. IDs cannot contain
 control characters, so ``0x1F`` after a conversation id ends it unambiguously and
