@@ -47,7 +47,7 @@ from typing import ParamSpec, TypeVar
 from engine.arguments import Empty, check_clear_prefix, check_timeout
 from engine.facade import EngineStats, HistoryEngine
 from engine.reading import at_least_position
-from engine.writes import CLEAR_BATCH, Concluded, Submitted, Written, assets_of, fence_of, receipt_of, slot_of
+from engine.writes import CLEAR_BATCH, Concluded, Submitted, Written, assets_of, count_of, fence_of, receipt_of, slot_of
 from projections.admission import Decision
 from projections.delivery import Ticket
 from projections.navigation import Order
@@ -185,6 +185,15 @@ class AsyncHistoryEngine:
         return assets_of(await self._write(lambda: writes.submit_link_assets(conversation_id, message_id, refs,
                                                                               timeout),
                                            conversation_id if isinstance(conversation_id, str) else ""))
+
+    async def delete_messages(self, conversation_id: str, message_ids: list[str], *, fence: Fence | None = None,
+                              timeout: float = 30.0) -> int:
+        """``HistoryEngine.delete_messages``: its decision awaited on the loop (the compaction of
+        the rows' files runs on the engine's eraser thread, as a clear's does)."""
+        writes = self.engine._writes
+        return count_of(await self._write(lambda: writes.submit_delete_messages(conversation_id, message_ids, fence,
+                                                                                 timeout),
+                                          conversation_id if isinstance(conversation_id, str) else ""))
 
     async def fence_of_epoch(self, conversation_id: str, epoch: int, timeout: float = 10.0) -> Fence:
         # On a worker thread: an epoch not applied yet waits for the catch-up with the log's end.

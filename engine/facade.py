@@ -98,6 +98,8 @@ class EngineStats:
     erased: int = 0
     fenced: int = 0
     """Writes refused because a later ``begin_run`` of their conversation preceded them."""
+    deleted: int = 0
+    """Messages deleted (``delete_messages``), each once, visible or hidden then."""
 
 
 class HistoryEngine(EngineRuns):
@@ -365,7 +367,7 @@ class HistoryEngine(EngineRuns):
         lag = [max(e - a, 0) if p in owned else 0 for p, (e, a) in enumerate(zip(ends, applied, strict=True))]
         return EngineStats(ends, applied, lag, s.accepted, s.duplicates, s.conflicts, s.rejected_closed, s.corrupt,
                            s.precondition_failed, s.not_replaceable, sorted(owned),
-                           list(self._projector.applied_records), s.cleared, s.erased, s.fenced)
+                           list(self._projector.applied_records), s.cleared, s.erased, s.fenced, s.deleted)
 
     def fail_stopped(self) -> LogUnavailable | StateUnavailable | None:
         """The error this engine now answers every write with because it fail-stopped, or None:

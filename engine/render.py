@@ -24,6 +24,7 @@ from schemas.events import (
     BatchAppended,
     ConversationCleared,
     Event,
+    MessagesDeleted,
     RunBegun,
     TurnAllocated,
     TurnReplaced,
@@ -93,11 +94,12 @@ def json_text(tree: object) -> str:
 # --------------------------------------------------------------------------- log records
 
 
-RecordStatus = Literal["plain", "sealed", "erased", "missing key", "poison", "clear", "run", "slot"]
+RecordStatus = Literal["plain", "sealed", "erased", "missing key", "poison", "clear", "run", "slot", "delete"]
 """What a log record is to a reader: a plain or a sealed event (opened under its key), a sealed
 event whose key ``clear`` destroyed (*erased*: on purpose, never poison), a sealed event whose key
 the key store lacks for a conversation never erased (a lost or foreign key store), poison
-(undecodable, or sealed content that does not open), a clear, a run's begin, or a turn slot."""
+(undecodable, or sealed content that does not open), a clear, a run's begin, a turn slot, or a
+delete of messages."""
 
 
 def record_status(value: bytes, keys: KeyStore | None) -> tuple[RecordStatus, Event | None, str]:
@@ -115,6 +117,8 @@ def record_status(value: bytes, keys: KeyStore | None) -> tuple[RecordStatus, Ev
         return "run", event, ""
     if isinstance(event, TurnAllocated):
         return "slot", event, ""
+    if isinstance(event, MessagesDeleted):
+        return "delete", event, ""
     if event.sealed is None:
         return "plain", event, ""
     if keys is None:
@@ -149,6 +153,10 @@ def record_line(record: Record, keys: KeyStore | None = None) -> str:
         return f"{head}  run     {event.conversation_id}  {event.run_id}"
     if isinstance(event, TurnAllocated):
         return f"{head}  slot    {event.conversation_id}  {event.slot_id}"
+    if isinstance(event, MessagesDeleted):
+        n = len(event.message_ids)
+        fence = f"  (fence {event.fence})" if event.fence is not None else ""
+        return f"{head}  delete  {event.conversation_id}  {n} message id{'s' if n != 1 else ''}{fence}"
     if isinstance(event, AssetsLinked):  # its refs are content: never shown
         return f"{head}  assets  {event.conversation_id}  {event.message_id}  ({status})"
     if not isinstance(event, BatchAppended | TurnReplaced):

@@ -1,6 +1,7 @@
 """Runs and fences, turn slots and assets on ``HistoryEngine`` (API.md "Runs, slots, assets,
 deletes"; the rules are ``projections.runs``', ``projections.slots``' and ``projections.assets``'):
-``begin_run``, the two questions about what a run wrote, ``allocate_turn`` and ``link_assets``. A
+``begin_run``, the two questions about what a run wrote, ``allocate_turn``, ``link_assets`` and
+``delete_messages`` (``engine.deletes``). A
 mixin, so the facade keeps one home per face; the asyncio face (``engine.aio``) calls the same checks.
 """
 
@@ -10,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from engine.reading import EngineReads
-from engine.writes import assets_of, fence_of, slot_of
+from engine.writes import assets_of, count_of, fence_of, slot_of
 from schemas.assets import AssetRef
 from schemas.errors import ConversationClosed, Fenced, InvalidRequest, NotFound
 from schemas.ids import ConversationID, MessageID, RunID
@@ -83,6 +84,22 @@ class EngineRuns(EngineReads):
         and erased by ``clear``; every read's ``StoredMessage.assets`` returns them."""
         writes = self._writes
         return assets_of(writes.settle(writes.submit_link_assets(conversation_id, message_id, refs, timeout)))
+
+    def delete_messages(self, conversation_id: str, message_ids: list[str], *, fence: Fence | None = None,
+                        timeout: float = 30.0) -> int:
+        """Delete stored messages (moderation, a user's request): decided in log order, they leave
+        every read (entries, windows, budgets, turn sources, measures, locate, turns, reads by id,
+        the hidden rows of replaced turns) and the state, whose files are compacted before this
+        returns, as a clear's are; a turn whose messages are all deleted disappears. Returns how
+        many of them were visible. Unknown, malformed and already deleted ids change nothing (a
+        retry is safe), and a deleted message never comes back (its append id stays known: the
+        same append again is a duplicate). Custom projections and subscribers get a
+        ``MessagesDeleted`` event. The log keeps the records that carried them, sealed under the
+        conversation's keys, until ``clear`` erases the conversation. ``fence``: as ``append``'s
+        (``Fenced``); ``ConversationClosed`` once cleared; ``InvalidWindow`` for ids that are not a
+        list of str or more than 10,000, before any I/O. O(messages after the first one deleted)."""
+        writes = self._writes
+        return count_of(writes.settle(writes.submit_delete_messages(conversation_id, message_ids, fence, timeout)))
 
     def fence_of_epoch(self, conversation_id: str, epoch: int, timeout: float = 10.0) -> Fence:
         """The ``Fence`` of the run that has ``epoch`` in the conversation, as this instance has

@@ -15,12 +15,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from engine.arguments import Empty, check_message_id, check_timeout, expected_of
+from engine.arguments import Empty, check_ids, check_message_id, check_timeout, expected_of
+from engine.deletes import deleted_count
 from engine.keys import KeyStore
 from engine.log.base import Log
 from engine.refusals import answer
 from engine.uuid7 import uuid7
-from projections.admission import Decision, Outcome, Own, Rows, conversation_row, precheck
+from projections.admission import Decision, Outcome, Own, Rows, conversation_row, fence_refusal, precheck
 from projections.delivery import Ticket
 from projections.reads import Reads
 from projections.runtime import Projector
@@ -44,12 +45,13 @@ from schemas.events import (
     AssetsLinked,
     BatchAppended,
     ConversationCleared,
+    MessagesDeleted,
     RunBegun,
     TurnAllocated,
     TurnReplaced,
     encode_event,
 )
-from schemas.ids import ConversationID, RunID
+from schemas.ids import ConversationID, MessageID, RunID
 from schemas.messages import starts_turn
 from schemas.positions import LogPosition
 from schemas.records import record_key
@@ -57,8 +59,18 @@ from schemas.runs import Fence, check_fence
 from schemas.slots import TurnSlot, check_slot, slot_turn_id
 from schemas.times import now_ms
 
-__all__ = ["SUBMIT_THREADS", "Concluded", "Submitted", "Writes", "Written", "assets_of", "fence_of", "receipt_of",
-           "slot_of"]
+__all__ = [
+    "SUBMIT_THREADS",
+    "Concluded",
+    "Submitted",
+    "Writes",
+    "Written",
+    "assets_of",
+    "count_of",
+    "fence_of",
+    "receipt_of",
+    "slot_of",
+]
 
 CLEAR_BATCH = 1000
 """How many clears ``clear_many`` has in flight at once (their tickets, their erasures: one
@@ -85,6 +97,7 @@ class Written:
     run: tuple[ConversationID, RunID] | None = None  # a run's begin: its conversation and run
     slot: tuple[ConversationID, str] | None = None  # a slot's allocation: its conversation and slot id
     link: tuple[ConversationID, str] | None = None  # a link of assets: its conversation and message id
+    deleting: ConversationID | None = None  # a delete of messages: its conversation
 
     def remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
@@ -99,12 +112,13 @@ class Written:
         return f"at {position}" if position is not None else f"to partition {self.partition} (not yet acknowledged)"
 
 
-Submitted = Receipt | Fence | TurnSlot | tuple[AssetRef, ...] | Written | None
+Submitted = Receipt | Fence | TurnSlot | tuple[AssetRef, ...] | int | Written | None
 """A submit's result: the receipt (or a run's fence) known without a write (the fast path), a
 ``Written`` to wait on, or None (a clear of a conversation already closed)."""
 
-Concluded = Receipt | Fence | TurnSlot | tuple[AssetRef, ...] | None
-"""A write's outcome: a batch's receipt, a run's fence, a turn slot, a message's assets, None for a clear."""
+Concluded = Receipt | Fence | TurnSlot | tuple[AssetRef, ...] | int | None
+"""A write's outcome: a batch's receipt, a run's fence, a turn slot, a message's assets, how many
+messages a delete removed from view, None for a clear."""
 
 
 def receipt_of(outcome: Concluded) -> Receipt:
@@ -119,6 +133,11 @@ def fence_of(outcome: Concluded) -> Fence:
 
 def slot_of(outcome: Concluded) -> TurnSlot:
     assert isinstance(outcome, TurnSlot)  # Invariant: an allocation concludes with its slot or raises.
+    return outcome
+
+
+def count_of(outcome: Concluded) -> int:
+    assert type(outcome) is int  # Invariant: a delete concludes with its count or raises.
     return outcome
 
 
@@ -283,6 +302,29 @@ class Writes:
                              f"allocation of a turn slot of {str(c)!r}",
                              "call allocate_turn again (an unused slot costs nothing)", slot=(c, slot_id))
 
+    def submit_delete_messages(self, conversation_id: str, message_ids: object, fence: Fence | None,
+                               timeout: float) -> Submitted:
+        """``delete_messages``' write: 0 at once for no id, ``Fenced`` at once for a fence older
+        than this state's latest run, else a ``MessagesDeleted`` to wait on (decided in log order:
+        an append this instance has not applied yet is deleted all the same once it precedes it)."""
+        check_timeout(timeout)
+        c = ConversationID(conversation_id)
+        ids = check_ids(message_ids)  # type: ignore[arg-type]  # checked there: a list or tuple of str
+        fence = check_fence(fence, c)
+        self._open_conversation(c)
+        if not ids:
+            return 0
+        epoch = fence.epoch if fence is not None else None
+        known = fence_refusal(self._store, str(c).encode("utf-8"), epoch, in_log_order=False)
+        if known is not None:
+            return deleted_count(c, known, None)
+        delete_id = f"del-{uuid7()}"
+        named = tuple(dict.fromkeys(MessageID.format(m.append_id, m.index) for m in ids))
+        event = MessagesDeleted(c, delete_id, named, epoch, _now_ms())
+        return self._produce(record_key(c, delete_id), encode_event(event), timeout, None,
+                             f"delete of {len(named)} message(s) of {str(c)!r}",
+                             "call delete_messages again (it is safe: a deleted message stays deleted)", deleting=c)
+
     def submit_link_assets(self, conversation_id: str, message_id: str, refs: object, timeout: float) -> Submitted:
         """``link_assets``' write: the message's assets at once when this state has every ref
         linked already (``AppendConflict`` when it links another at one of their ordinals: a
@@ -351,7 +393,7 @@ class Writes:
     def _produce(self, key: bytes, value: bytes, timeout: float, own: Own | None, what: str,
                  then: str, *, lead: bool = True, run: tuple[ConversationID, RunID] | None = None,
                  slot: tuple[ConversationID, str] | None = None,
-                 link: tuple[ConversationID, str] | None = None) -> Written:
+                 link: tuple[ConversationID, str] | None = None, deleting: ConversationID | None = None) -> Written:
         """Take the ticket, then produce the record and let the ticket follow it (its position,
         its write's failure): the ticket is released here if the produce raises, else by
         whoever waits on the returned ``Written``. ``own`` (a batch's events, None for a clear)
@@ -366,7 +408,7 @@ class Writes:
             ticket.release()
             raise
         return Written(ticket, produced.partition, deadline, timeout, own.batch if own else None, what, then, run,
-                       slot, link)
+                       slot, link, deleting)
 
     def submitter(self) -> Executor:
         """The bounded pool that runs an event loop's submits (``engine.aio``) when the log's
@@ -433,6 +475,8 @@ class Writes:
                              reason=decision.reason, position=written.position)
         if written.link is not None:
             return self._linked(written, decision)
+        if written.deleting is not None:
+            return deleted_count(written.deleting, decision, written.position)
         if written.batch is None:
             if decision.reason:  # a clear whose erasure did not complete
                 raise StateUnavailable(f"{what} closed the conversation, but erasing its content did not complete "

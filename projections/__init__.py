@@ -7,7 +7,7 @@ replaying the log rebuilds exactly the same state.
 from projections.admission import Decision, Outcome
 from projections.custom import Projection, ProjectionTx, ProjectionView
 from projections.delivery import Subscription
-from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
+from projections.events import BatchEvent, ClearEvent, MessagesDeleted, ProjectedEvent, TurnReplacedEvent
 from projections.runtime import Projector
 from projections.store import StateStore
 
@@ -15,6 +15,7 @@ __all__ = [
     "BatchEvent",
     "ClearEvent",
     "Decision",
+    "MessagesDeleted",
     "Outcome",
     "ProjectedEvent",
     "Projection",

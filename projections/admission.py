@@ -33,7 +33,10 @@ consumes the same log reaches the same decisions:
   position, behind a later turn, no turn opened) → **slot_unavailable** (after the fence rule);
 * ``AssetsLinked(c, message, refs)``: closed → **rejected_closed**; the message not visible →
   **unknown_message**; another ref at a linked ordinal → **conflict**; every ref linked already →
-  **duplicate**; else **linked** (``projections.assets``).
+  **duplicate**; else **linked** (``projections.assets``);
+* ``MessagesDeleted(c, delete, ids)``: closed → **rejected_closed**; a ``fence`` that is not the
+  conversation's latest epoch → **fenced**; else **deleted**: every named message still stored
+  leaves every read and the state (``projections.deletes``); ``count`` says how many were visible.
 
 The batch and replacement rules (closed, duplicate, conflict, precondition, replaceable) are
 written once, in ``precheck``: the projector applies them in log order, and a writer's fast path
@@ -50,9 +53,10 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from projections import assets, full, keys, runs, slots
+from projections import assets, deletes, full, keys, runs, slots
 from projections.erasure import DataKeys, open_content
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
+from projections.events import MessagesDeleted as DeletedEvent
 from projections.full import Rows
 from projections.rows import ConversationRow, ReceiptRow, SourceRow, Stats
 from projections.store import Tx
@@ -65,6 +69,7 @@ from schemas.events import (
     AssetsLinked,
     BatchAppended,
     ConversationCleared,
+    MessagesDeleted,
     RunBegun,
     TurnAllocated,
     TurnReplaced,
@@ -76,7 +81,7 @@ from schemas.records import record_key_bytes
 from schemas.sealed import DataKey
 from schemas.times import time_of
 
-__all__ = ["Decision", "Known", "Outcome", "Own", "Rows", "admit", "conversation_row", "precheck"]
+__all__ = ["Decision", "Known", "Outcome", "Own", "Rows", "admit", "conversation_row", "fence_refusal", "precheck"]
 
 
 class Outcome(enum.StrEnum):
@@ -95,6 +100,7 @@ class Outcome(enum.StrEnum):
     SLOT_UNAVAILABLE = "slot_unavailable"
     LINKED = "linked"
     UNKNOWN_MESSAGE = "unknown_message"
+    DELETED = "deleted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +111,8 @@ class Decision:
     position when accepted, the original one for a duplicate. ``digest`` is the accepted
     digest (for a conflict: the one the append id already names). ``epoch``: a run's (begun,
     or a duplicate ``RunBegun``), or the conversation's latest (fenced); ``position``: a turn
-    slot's (allocated, or a duplicate ``TurnAllocated``).
+    slot's (allocated, or a duplicate ``TurnAllocated``); ``count``: how many of a delete's
+    messages were visible, ``removed`` how many it removed (hidden ones too).
     """
 
     outcome: Outcome
@@ -114,6 +121,8 @@ class Decision:
     reason: str = ""  # corrupt, precondition_failed, not_replaceable, fenced, slot_unavailable: why
     epoch: int = 0
     position: int = 0
+    count: int = 0
+    removed: int = 0
 
     def receipt(self, conversation_id: ConversationID, append_id: AppendID) -> Receipt:
         """The receipt this decision proves (accepted or duplicate decisions only)."""
@@ -170,7 +179,7 @@ def admit(tx: Tx, stats: Stats, position: LogPosition, key: bytes, value: bytes,
     record was accepted (or first closed a conversation) and ``want_event``, the event for
     custom projections. ``keys_`` opens sealed content (``projections.erasure``); without it a
     sealed record raises ``KeyStoreDamaged`` (it is never skipped as poison)."""
-    decision, event = _admit(tx, position, key, value, known, want_event, keys_)
+    decision, event = _admit(tx, stats, position, key, value, known, want_event, keys_)
     counter = _COUNTERS.get(decision.outcome)
     if counter is not None:
         setattr(stats, counter, getattr(stats, counter) + 1)
@@ -179,7 +188,7 @@ def admit(tx: Tx, stats: Stats, position: LogPosition, key: bytes, value: bytes,
     return decision, event
 
 
-def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known | None,
+def _admit(tx: Tx, stats: Stats, position: LogPosition, key: bytes, value: bytes, known: Known | None,
            want_event: bool, keys_: DataKeys | None) -> tuple[Decision, ProjectedEvent | None]:
     opened = ""  # the key id of the sealed content opened, once it opened
     content: bytes | None = None  # that content
@@ -195,6 +204,9 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
         elif isinstance(event, TurnAllocated):
             batch = None
             append_id = event.slot_id.encode("utf-8")
+        elif isinstance(event, MessagesDeleted):
+            batch = None
+            append_id = event.delete_id.encode("utf-8")
         elif isinstance(event, AssetsLinked):
             batch = None
             append_id = event.message_id.encode("utf-8")
@@ -264,8 +276,11 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
     if isinstance(event, AssetsLinked):
         if row is not None and row.closed:
             return Decision(Outcome.REJECTED_CLOSED), None
-        outcome, why = assets.link(tx, conv, row.messages if row is not None else 0, event.message_id, refs)
+        outcome, why = assets.link(tx, conv, row, event.message_id, refs)
         return Decision(_LINK_OUTCOMES[outcome], reason=why), None
+
+    if isinstance(event, MessagesDeleted):
+        return _delete(tx, stats, position, conv, row, event, want_event)
 
     if isinstance(event, TurnAllocated):
         if row is not None and row.closed:
@@ -319,6 +334,28 @@ def _admit(tx: Tx, position: LogPosition, key: bytes, value: bytes, known: Known
                                            positions)
     return decision, BatchEvent(conversation_id, batch.append_id, batch.messages, batch.digest, position, created,
                                 first_seq, positions)
+
+
+def _delete(tx: Tx, stats: Stats, position: LogPosition, conv: bytes, row: ConversationRow | None,
+            event: MessagesDeleted, want_event: bool) -> tuple[Decision, ProjectedEvent | None]:
+    """A ``MessagesDeleted``: its fence, then ``projections.deletes.apply``."""
+    if row is not None and row.closed:
+        return Decision(Outcome.REJECTED_CLOSED), None
+    refused = fence_refusal(tx, conv, event.fence, in_log_order=True)
+    if refused is not None:
+        return refused, None
+    if row is None:
+        return Decision(Outcome.DELETED), None
+    visible, removed = deletes.apply(tx, conv, row, event.message_ids)
+    if not removed:
+        return Decision(Outcome.DELETED), None
+    tx.put(keys.conv_key(conv), row.encode())
+    stats.deleted += len(removed)
+    decision = Decision(Outcome.DELETED, count=visible, removed=len(removed))
+    if not want_event:
+        return decision, None
+    return decision, DeletedEvent(ConversationID(event.conversation_id), tuple(removed), position,
+                                  time_of(event.created_at_ms))
 
 
 _LINK_OUTCOMES = {"linked": Outcome.LINKED, "duplicate": Outcome.DUPLICATE, "conflict": Outcome.CONFLICT,
@@ -384,13 +421,9 @@ def precheck(rows: Rows, row: ConversationRow | None, event: BatchAppended | Tur
         if prior.digest == batch.digest:  # the content's digest: a sealed event's is in memory only
             return Decision(Outcome.DUPLICATE, prior.digest, LogPosition(prior.partition, prior.offset))
         return Decision(Outcome.CONFLICT, prior.digest)
-    fence = event.fence
-    if fence is not None:
-        latest, refused = runs.fenced(rows, conv, fence, in_log_order=in_log_order)
-        if refused:
-            why = (f"fence {fence} is older than the conversation's latest run (epoch {latest})"
-                   if fence < latest else f"no run of epoch {fence} has begun (the latest is {latest})")
-            return Decision(Outcome.FENCED, reason=why, epoch=latest)
+    refused = fence_refusal(rows, conv, event.fence, in_log_order=in_log_order)
+    if refused is not None:
+        return refused
     if isinstance(event, BatchAppended) and event.turn_id is not None and event.turn_position is not None:
         why = slots.refusal(rows, conv, row, event.turn_id, event.turn_position, batch, in_log_order=in_log_order)
         if why:
@@ -407,6 +440,19 @@ def precheck(rows: Rows, row: ConversationRow | None, event: BatchAppended | Tur
     wanted = repr(str(expected)) if expected else "no append yet"  # str: the decoded id is an AppendID
     found = repr(str(last)) if last else "none"
     return Decision(Outcome.PRECONDITION_FAILED, reason=f"expected last append {wanted}, found {found}")
+
+
+def fence_refusal(rows: Rows, conv: bytes, fence: int | None, *, in_log_order: bool) -> Decision | None:
+    """The **fenced** decision of a write with ``fence`` (``runs.fenced``), or None (no fence, or
+    not refused: out of log order, not refused *yet*)."""
+    if fence is None:
+        return None
+    latest, refused = runs.fenced(rows, conv, fence, in_log_order=in_log_order)
+    if not refused:
+        return None
+    why = (f"fence {fence} is older than the conversation's latest run (epoch {latest})"
+           if fence < latest else f"no run of epoch {fence} has begun (the latest is {latest})")
+    return Decision(Outcome.FENCED, reason=why, epoch=latest)
 
 
 def _known(rows: Rows, conv: bytes, append_id: str) -> bool:

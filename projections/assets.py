@@ -16,9 +16,9 @@ under the conversation's data key, so the clear's erasure destroys them there to
 
 from __future__ import annotations
 
-from projections import keys
+from projections import deletes, keys
 from projections.full import Rows
-from projections.rows import FLAG_ASSETS, MessageRow, ReceiptRow
+from projections.rows import FLAG_ASSETS, ConversationRow, MessageRow, ReceiptRow
 from projections.store import Snapshot, Tx
 from schemas.assets import AssetRef, assets_json, trusted_assets
 from schemas.errors import NotFound
@@ -27,28 +27,34 @@ from schemas.ids import MessageID
 __all__ = ["assets_of", "link", "visible_seq"]
 
 
-def visible_seq(rows: Rows, conv: bytes, message_id: str, count: int) -> tuple[int, int, bytes] | str:
-    """``(seq, ordinal, row)`` of the visible message ``message_id`` of a conversation with
-    ``count`` visible messages, or why there is none (unknown, malformed or hidden)."""
+def visible_seq(rows: Rows, conv: bytes, message_id: str, summary: ConversationRow | None
+                ) -> tuple[int, int, bytes] | str:
+    """``(seq, ordinal, row)`` of the visible message ``message_id`` of a conversation whose
+    summary row is ``summary`` (None: no message yet), or why there is none (unknown, malformed,
+    hidden or deleted)."""
     try:
         wanted = MessageID.parse(message_id)
     except NotFound as e:
         return str(e)
     raw = rows.get(keys.receipt_key(conv, wanted.append_id.encode("utf-8")))
     receipt = ReceiptRow.decode(raw) if raw is not None else None
-    if receipt is None or wanted.index >= receipt.count:
+    if summary is None or receipt is None or wanted.index >= receipt.count:
         return f"the conversation has no message {message_id!r}"
-    ord_, seq = receipt.first_ord + wanted.index, receipt.first_seq + wanted.index
-    value = rows.get(keys.message_key(conv, ord_)) if ord_ < count else None
+    ord_ = deletes.ordinal_of(rows, conv, summary, wanted.append_id.encode("utf-8"), receipt, wanted.index)
+    if ord_ is None:
+        return f"message {message_id!r} was deleted"
+    seq = receipt.first_seq + wanted.index
+    value = rows.get(keys.message_key(conv, ord_)) if ord_ < summary.messages else None
     if value is None or MessageRow.decode(value).seq != seq:
         return f"message {message_id!r} is hidden (its turn was replaced): assets link to visible messages"
     return seq, ord_, value
 
 
-def link(tx: Tx, conv: bytes, count: int, message_id: str, refs: tuple[AssetRef, ...]) -> tuple[str, str]:
+def link(tx: Tx, conv: bytes, summary: ConversationRow | None, message_id: str,
+         refs: tuple[AssetRef, ...]) -> tuple[str, str]:
     """Apply a link of ``refs`` to ``message_id`` in ``tx``: ``(outcome, reason)`` with outcome
     ``"linked"``, ``"duplicate"``, ``"conflict"`` or ``"unknown_message"``."""
-    found = visible_seq(tx, conv, message_id, count)
+    found = visible_seq(tx, conv, message_id, summary)
     if isinstance(found, str):
         return "unknown_message", found
     seq, ord_, row = found

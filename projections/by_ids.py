@@ -6,7 +6,9 @@ the ordinal its batch started at, so a message is two point reads (the receipt, 
 ids of one append, and the row at ``first_ord + index``): O(ids), whatever the history's length.
 A message whose turn was replaced is hidden: another append's row holds its ordinal now, or a
 shorter replacement deleted it, so the row read is checked to be the one named. Ids that name
-no visible message (unknown, hidden, or not a message id at all) are left out.
+no visible message (unknown, hidden, deleted, or not a message id at all) are left out; after
+deletes, the deleted indexes before a message (its batch's ``D`` row) move it down
+(``projections.deletes.ordinal_of``).
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from projections import keys
-from projections.rows import ReceiptRow
+from projections import deletes, keys
+from projections.rows import ConversationRow, ReceiptRow
 from projections.store import Snapshot
 from schemas.ids import MessageID
 
@@ -30,11 +32,12 @@ Pick = Callable[[bytes, str, int, int], "T | None"]
 (``append_id/index``, stored with ``seq``), else None (the ordinal holds a replacement's row)."""
 
 
-def visible_rows(snap: Snapshot, conv: bytes, count: int, ids: Sequence[MessageID], row_key: RowKey,
+def visible_rows(snap: Snapshot, conv: bytes, row: ConversationRow, ids: Sequence[MessageID], row_key: RowKey,
                  pick: Pick[T]) -> list[T]:
-    """The visible messages ``ids`` names, in history order (by ordinal), each once; ``count`` is
-    the conversation's visible message count (``ConversationRow.messages``). At most two point
-    reads per id (one receipt per append id)."""
+    """The visible messages ``ids`` names, in history order (by ordinal), each once; ``row`` is
+    the conversation's summary row. At most two point reads per id (one receipt per append id),
+    and one more (its batch's ``D`` row) in a conversation that had deletes."""
+    count = row.messages
     receipts: dict[str, ReceiptRow | None] = {}
     found: dict[int, T] = {}
     for wanted in ids:
@@ -46,8 +49,8 @@ def visible_rows(snap: Snapshot, conv: bytes, count: int, ids: Sequence[MessageI
             receipt = receipts[append_id] = ReceiptRow.decode(raw) if raw is not None else None
         if receipt is None or wanted.index >= receipt.count:
             continue
-        ord_ = receipt.first_ord + wanted.index
-        if ord_ >= count or ord_ in found:
+        ord_ = deletes.ordinal_of(snap, conv, row, append_id.encode("utf-8"), receipt, wanted.index)
+        if ord_ is None or ord_ >= count or ord_ in found:
             continue
         value = snap.get(row_key(conv, ord_))
         if value is None:

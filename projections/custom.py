@@ -10,6 +10,8 @@ Subclass ``Projection``, give it a stable ``name`` and an ``apply(event, tx)``::
             if isinstance(event, ClearEvent):
                 tx.delete(key)
                 return
+            if isinstance(event, MessagesDeleted):  # stored messages deleted (delete_messages)
+                return
             n = int(tx.get(key) or b"0") + len(event.messages)
             if isinstance(event, TurnReplacedEvent):  # an edit or retry hid a turn
                 n -= len(event.hidden_seqs)
@@ -17,7 +19,8 @@ Subclass ``Projection``, give it a stable ``name`` and an ``apply(event, tx)``::
 
 Promises (docs/design.md §5.4; the README's "Writing a custom projection"):
 
-* ``apply`` sees only accepted events (``BatchEvent``, ``ClearEvent``, ``TurnReplacedEvent``),
+* ``apply`` sees only accepted events (``BatchEvent``, ``ClearEvent``, ``TurnReplacedEvent``,
+  ``MessagesDeleted``: the ids of the stored messages a delete removed, visible or hidden),
   each once, in log order per partition; duplicates, conflicts, rejected appends, refused
   preconditions and replacements, and poison are never delivered.
 * ``tx`` writes go into the projection's own keyspace, in the **same RocksDB WriteBatch** as the

@@ -28,6 +28,7 @@ class _Job:
     extra: list[tuple[bytes, bytes]]
     decided: Decided
     done: Callable[[Decided], None]
+    deleted: list[bytes]
 
 
 class Eraser:
@@ -56,11 +57,12 @@ class Eraser:
         self._thread: threading.Thread | None = None
 
     def submit(self, convs: list[bytes], used: dict[bytes, list[str]], extra: list[tuple[bytes, bytes]],
-               decided: Decided, done: Callable[[Decided], None]) -> None:
-        """Queue the erasure of ``convs``; ``done`` gets ``decided`` once it is finished (or
-        failed: then with the reason), on the eraser's thread."""
+               decided: Decided, done: Callable[[Decided], None], deleted: list[bytes] | None = None) -> None:
+        """Queue the erasure of ``convs`` (and the compaction of ``deleted``: open conversations
+        whose messages were deleted); ``done`` gets ``decided`` once it is finished (or failed:
+        then with the reason), on the eraser's thread."""
         with self._cond:
-            self._queue.append(_Job(convs, used, extra, decided, done))
+            self._queue.append(_Job(convs, used, extra, decided, done, deleted or []))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="histlog-eraser", daemon=True)
                 self._thread.start()
@@ -80,7 +82,8 @@ class Eraser:
             try:
                 with self.lock:
                     finish(self.store, convs, {c: u for job in jobs for c, u in job.used.items()},
-                           list(dict.fromkeys(r for job in jobs for r in job.extra)))
+                           list(dict.fromkeys(r for job in jobs for r in job.extra)),
+                           list(dict.fromkeys(c for job in jobs for c in job.deleted)))
             except Exception as e:
                 log.warning("the erasure of %d cleared conversation(s) did not complete (%s); they are closed, and "
                             "the next clear of each, or the next open, completes it", len(convs), e)

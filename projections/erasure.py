@@ -93,9 +93,9 @@ def destroy_keys(store: StateStore, keys_: DataKeys | None, convs: Sequence[byte
 
 
 def finish(store: StateStore, convs: Sequence[bytes], used: Mapping[bytes, Sequence[str]],
-           extra: Iterable[tuple[bytes, bytes]] = ()) -> None:
+           extra: Iterable[tuple[bytes, bytes]] = (), deleted: Sequence[bytes] = ()) -> None:
     """An erasure's second part, after ``destroy_keys`` (``used``: what it returned): compact the
-    files of the conversations that had rows, then delete their ``E`` and ``K`` rows in one
+    files of the conversations that had rows (and of ``deleted``'s), then delete their ``E`` and ``K`` rows in one
     WriteBatch. Raises what RocksDB raised (the ``E`` and ``K`` rows then stay). It may run beside
     later steps (``projections.eraser``): they write no row of a cleared conversation, and the
     ``E`` row stays until this is done."""
@@ -103,8 +103,12 @@ def finish(store: StateStore, convs: Sequence[bytes], used: Mapping[bytes, Seque
     # Only a conversation that had rows has files to clean (its E row says so): a replay that meets
     # a clear after its records were erased (their keys destroyed) compacts nothing.
     dirty = [conv for conv, mark in marks.items() if mark == keys.ERASE_COMPACT]
-    if dirty:
-        store.compact(list(dict.fromkeys([*(r for conv in dirty for r in keys.erasure_ranges(conv)), *extra])))
+    # ``deleted``: open conversations whose messages were deleted (``projections.deletes``): their
+    # rows' files are compacted the same way, and nothing else of them changes.
+    ranges = [*(r for conv in dirty for r in keys.erasure_ranges(conv)),
+              *(r for conv in deleted for r in keys.conversation_ranges(conv))]
+    if ranges:
+        store.compact(list(dict.fromkeys([*ranges, *extra])))
     done = [conv for conv, mark in marks.items() if mark is not None or used.get(conv)]
     if not done:
         return

@@ -9,7 +9,7 @@ from schemas.ids import AppendID, ConversationID
 from schemas.messages import Message
 from schemas.positions import HistoryPosition, LogPosition
 
-__all__ = ["BatchEvent", "ClearEvent", "ProjectedEvent", "TurnReplacedEvent"]
+__all__ = ["BatchEvent", "ClearEvent", "MessagesDeleted", "ProjectedEvent", "TurnReplacedEvent"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,4 +56,16 @@ class TurnReplacedEvent:
     positions: tuple[HistoryPosition, ...] = ()
 
 
-ProjectedEvent = BatchEvent | ClearEvent | TurnReplacedEvent
+@dataclass(frozen=True, slots=True)
+class MessagesDeleted:
+    """Stored messages were deleted (``delete_messages``): ``message_ids`` are those that were
+    still stored, visible or hidden (delivered only when there was at least one). A projection
+    that mirrors the history drops them; they never come back (their append ids stay known)."""
+
+    conversation_id: ConversationID
+    message_ids: tuple[str, ...]
+    position: LogPosition
+    created_at: datetime
+
+
+ProjectedEvent = BatchEvent | ClearEvent | TurnReplacedEvent | MessagesDeleted

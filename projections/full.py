@@ -17,14 +17,23 @@ from typing import Protocol
 import orjson
 
 from projections import keys
-from projections.rows import FLAG_INTERRUPTED, AggregateRow, ConversationRow, HiddenRow, MessageRow, SourceRow
+from projections.rows import (
+    FLAG_INTERRUPTED,
+    AggregateRow,
+    ConversationRow,
+    HiddenRow,
+    MessageRow,
+    ReceiptRow,
+    SourceRow,
+)
 from projections.store import Tx
 from schemas.batch import Batch
 from schemas.ids import MessageID
 from schemas.messages import Message, starts_turn
 from schemas.positions import HistoryPosition
 
-__all__ = ["Rows", "append", "clear", "latest_turn", "positions", "replace_latest_turn", "turn_id"]
+__all__ = ["Rows", "append", "clear", "external_of_row", "latest_turn", "positions", "replace_latest_turn", "turn_id",
+           "visible_turn"]
 
 
 class Rows(Protocol):
@@ -64,6 +73,10 @@ def append(tx: Tx, conv: bytes, row: ConversationRow, batch: Batch, created_at_m
     m_prefix, n_prefix, s_prefix = keys.message_keys(conv)
     turn, turns, content_total, allotted = row.turn, row.turns, row.content_bytes, row.allotted
     put = tx.put
+    # The first message opens a turn row when nothing visible is in its turn: a new conversation,
+    # or one whose latest turn's messages were all deleted (it reappears: a later message never
+    # sorts before an earlier one).
+    fresh = ord_ == 0 or (row.deleted > 0 and tx.get(keys.turn_key(conv, turn)) is None)
     for index, message in enumerate(batch.messages):
         role = _ROLE_CODES[message.role]
         opens = role == _USER and starts_turn(message)
@@ -76,9 +89,11 @@ def append(tx: Tx, conv: bytes, row: ConversationRow, batch: Batch, created_at_m
                 put(keys.turn_key(conv, turn), keys.turn_value(seq, ord_, slot[0].encode("utf-8")))
                 slot = None
             turns += 1
-        elif ord_ == 0:  # the first message of a turn position (0: before the first user message)
+            fresh = False
+        elif fresh:  # the first message of a turn position (0: before the first user message)
             turns += 1
             put(keys.turn_key(conv, turn), keys.turn_value(seq, ord_))
+            fresh = False
         metadata = message.metadata
         flags = FLAG_INTERRUPTED if metadata.get("interrupted") == "true" else 0
         if metadata:
@@ -133,7 +148,8 @@ def latest_turn(tx: Rows, conv: bytes, row: ConversationRow) -> tuple[str, int] 
     latest visible user-led turn is the latest turn position given, when it is not 0."""
     if row.turn == 0 or row.messages == 0:
         return None
-    raw = tx.get(keys.turn_key(conv, row.turn))
+    turn = visible_turn(tx, conv, row)
+    raw = tx.get(keys.turn_key(conv, turn)) if turn else None
     if raw is None:
         return None
     _, first_ord = keys.read_turn_value(raw)
@@ -144,6 +160,16 @@ def latest_turn(tx: Rows, conv: bytes, row: ConversationRow) -> tuple[str, int] 
     assert message is not None  # Invariant: T rows index visible M rows (same WriteBatch).
     head = MessageRow.decode(message)
     return turn_id(head.append_id, head.index), first_ord
+
+
+def visible_turn(rows: Rows, conv: bytes, row: ConversationRow) -> int:
+    """The turn position of the conversation's last visible message (0: none): ``row.turn``,
+    unless deletes removed every message of its latest turns (then one point read)."""
+    if not row.deleted or row.messages == 0:
+        return row.turn if row.messages else 0
+    last = rows.get(keys.message_key(conv, row.messages - 1))
+    assert last is not None  # Invariant: ordinals below the count are all visible rows.
+    return MessageRow.decode_head(last)[0]
 
 
 def replace_latest_turn(tx: Tx, conv: bytes, row: ConversationRow, first_ord: int, batch: Batch,
@@ -161,22 +187,30 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: ConversationRow, first_ord: in
     """
     first = tx.get(keys.message_key(conv, first_ord))
     assert first is not None  # Invariant: the latest turn's first message is visible.
-    k = MessageRow.decode(first).index  # the turn's first message is its batch's k-th
+    opening = MessageRow.decode(first)
+    k = opening.index  # the turn's first message is its batch's k-th visible one
+    if row.deleted:  # some may be deleted: its receipt has the batch's first visible ordinal
+        receipt = tx.get(keys.receipt_key(conv, opening.append_id.encode("utf-8")))
+        assert receipt is not None  # Invariant: a visible message has its receipt.
+        k = first_ord - ReceiptRow.decode(receipt).first_ord
     sums = tx.get(keys.aggregate_key(conv, first_ord - k))
     assert sums is not None  # Invariant: every visible batch has its A row (same WriteBatch).
     content_before, turns_before = AggregateRow.at(sums, k)
     old_count = row.messages
     superseded_by = turn_id(batch.append_id, 0)
     hidden_first_seq = row.next_seq
+    previous = opening.append_id if k else ""
     for ord_ in range(first_ord, old_count):
         message = tx.get(keys.message_key(conv, ord_))
         assert message is not None  # Invariant: ordinals below the count are all visible rows.
         head = MessageRow.decode(message)
-        if head.index == 0 and ord_ > first_ord:  # a hidden batch's sums: no floor read may find them
+        starts = head.append_id != previous  # its batch's first visible message
+        previous = head.append_id
+        if starts and ord_ > first_ord:  # a hidden batch's sums: no floor read may find them
             tx.delete(keys.aggregate_key(conv, ord_))
-        if head.index == 0:  # nor a time seek its first ordinal (the replacement writes its own)
+        if starts:  # nor a time seek its first ordinal (the replacement writes its own)
             tx.delete(keys.time_key(conv, head.created_at_ms, ord_))
-        external = _external_of_row(head.canonical)
+        external = external_of_row(head.canonical)
         if external is not None:
             tx.delete(keys.external_key(conv, external, ord_))
         hidden_first_seq = min(hidden_first_seq, head.seq)
@@ -185,7 +219,7 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: ConversationRow, first_ord: in
         if head.role == _SYSTEM:
             tx.delete(keys.system_key(conv, ord_))
     row.messages, row.content_bytes, row.turns = first_ord, content_before, turns_before
-    tx.delete(keys.turn_key(conv, row.turn))
+    tx.delete(keys.turn_key(conv, opening.turn))
     hidden = range(hidden_first_seq, row.next_seq)
     first_seq, new_first_ord, turns = append(tx, conv, row, batch, created_at_ms)
     for ord_ in range(row.messages, old_count):  # the replacement is shorter than what it hid
@@ -194,7 +228,7 @@ def replace_latest_turn(tx: Tx, conv: bytes, row: ConversationRow, first_ord: in
     return first_seq, new_first_ord, hidden, turns
 
 
-def _external_of_row(canonical: bytes) -> bytes | None:
+def external_of_row(canonical: bytes) -> bytes | None:
     """``external_of`` a stored message's metadata (its canonical JSON; only a replacement reads it)."""
     if b'"external_id"' not in canonical:
         return None

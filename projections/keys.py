@@ -32,6 +32,8 @@ key                    meaning                                         value
 ``L`` conv 1F slot     a turn slot (``TurnAllocated``)                 its position (u64), 1 byte: used
 ``G`` conv 1F seq      the assets linked to message ``seq``          their canonical JSON array, by
                        (``AssetsLinked``)                              ordinal
+``D`` conv 1F append   the deleted messages of that append's batch     their indexes (u32 each, ascending)
+                       (``MessagesDeleted``)
 ``E`` conv             a cleared conversation whose erasure has not    ``b""``: its files may hold content
                        completed (``projections.erasure``: keys to     (compact them); ``b"k"``: it had no
                        destroy, files to compact)                      rows, only keys to destroy
@@ -88,6 +90,7 @@ __all__ = [
     "CHECKPOINT",
     "CONVERSATION",
     "CUSTOM",
+    "DELETED",
     "ERASE_COMPACT",
     "ERASE_KEYS_ONLY",
     "ERASING",
@@ -123,6 +126,8 @@ __all__ = [
     "conversations_range",
     "custom_keyspace",
     "custom_partition_keyspace",
+    "deleted_key",
+    "deleted_value",
     "erasing_key",
     "erasing_range",
     "erasure_ranges",
@@ -143,7 +148,9 @@ __all__ = [
     "prefix_end",
     "read_checkpoint_key",
     "read_conv_key",
+    "read_deleted_value",
     "read_erasing_key",
+    "read_hidden_seq",
     "read_key_id_key",
     "read_key_u64",
     "read_open_key",
@@ -169,14 +176,16 @@ __all__ = [
     "turn_value",
 ]
 
-EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8", b"9", b"10", b"11", b"12"})
+EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8", b"9", b"10", b"11", b"12", b"13"})
 """The layouts whose ``core`` checkpoint rows begin with the next offset to apply (a u64): their
 checkpoints are evidence of acknowledged records (``engine/state.py``) even when the layout is
 older than ``STATE_FORMAT`` and is about to be rebuilt. Add each new layout that keeps that."""
 
-STATE_FORMAT = b"12"
+STATE_FORMAT = b"13"
 """Version of this layout and of the admission rules that filled it (``m format``); a state of another
-version is rebuilt. 12: assets (``AssetsLinked``, the ``G`` rows, ``FLAG_ASSETS`` in a message row).
+version is rebuilt. 13: message deletes (``MessagesDeleted``, the ``D`` rows, ``ConversationRow.deleted``
+and the ``deleted`` counter; a turn whose first message was deleted keeps its id in its ``T`` row).
+12: assets (``AssetsLinked``, the ``G`` rows, ``FLAG_ASSETS`` in a message row).
 11: turn slots (``TurnAllocated``, the ``L`` rows, ``ConversationRow.allotted``,
 a slotted turn's id in its ``T`` row), so a state of 10 may have quarantined as poison the records
 that now allocate or use a slot. 10: runs and fences (``RunBegun``, the ``F`` and ``J`` rows, the ``fenced``
@@ -219,11 +228,12 @@ RUN = b"F"
 RUN_WRITES = b"J"
 SLOT = b"L"
 ASSET = b"G"
+DELETED = b"D"
 _RUN_TURN = b"t"
 _RUN_REQUEST = b"u"
 
 CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT, TIME, EXTERNAL, RUN, RUN_WRITES,
-                       SLOT, ASSET)
+                       SLOT, ASSET, DELETED)
 """Every keyspace under ``prefix conv 1F``: what a clear drops (the ``C`` row keeps the closure)."""
 
 ROLE_CODES = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
@@ -309,6 +319,24 @@ def read_key_u64(key: bytes) -> int:
 def hidden_key(conv: bytes, turn: int, seq: int) -> bytes:
     """Keyed by position ``(turn, seq)``, so a cursor is a key: hidden rows are read in O(result)."""
     return HIDDEN + conv + SEP + _U64.pack(turn) + _U64.pack(seq)
+
+
+def read_hidden_seq(key: bytes) -> int:
+    """The seq of an ``H`` key (its last 8 bytes)."""
+    return int(_U64.unpack_from(key, len(key) - 8)[0])
+
+
+def deleted_key(conv: bytes, append_id: bytes) -> bytes:
+    return DELETED + conv + SEP + append_id
+
+
+def deleted_value(indexes: list[int]) -> bytes:
+    """A ``D`` row: the deleted indexes of one batch, ascending."""
+    return struct.pack(f">{len(indexes)}I", *indexes)
+
+
+def read_deleted_value(b: bytes) -> tuple[int, ...]:
+    return struct.unpack(f">{len(b) // 4}I", b)
 
 
 _TURN = struct.Struct(">QQ")

@@ -104,23 +104,35 @@ class Reads(TurnReads):
         return raw is not None and ConversationRow.decode(raw).closed
 
     # -- positions -------------------------------------------------------------------------------
-    def _first_ord_after(self, snap: Snapshot, conv: bytes, count: int, after: HistoryPosition) -> int:
-        """The first ordinal whose message is ``> after`` (``count`` when none is)."""
+    def _first_ord_after(self, snap: Snapshot, conv: bytes, row: ConversationRow, after: HistoryPosition) -> int:
+        """The first ordinal whose message is ``> after`` (``row.messages`` when none is)."""
         later = self._turn_at(snap, conv, after.turn + 1)
-        bound = later[2] if later is not None else count
+        bound = later[2] if later is not None else row.messages
         same = self._turn_at(snap, conv, after.turn)
-        if same is not None and same[0] == after.turn:  # inside turn ``after.turn``: seqs run with ordinals
-            bound = min(bound, same[2] + max(after.seq + 1 - same[1], 0))
+        if same is not None and same[0] == after.turn:
+            if not row.deleted:  # inside turn ``after.turn``: seqs run with ordinals
+                return min(bound, same[2] + max(after.seq + 1 - same[1], 0))
+            lo, hi = same[2], bound  # deletes left gaps in its seqs: a bisection, O(log turn) point reads
+            while lo < hi:
+                mid = (lo + hi) // 2
+                value = snap.get(keys.message_key(conv, mid))
+                assert value is not None  # Invariant: ordinals below the count are all visible rows.
+                if MessageRow.decode(value).seq > after.seq:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return lo
         return bound
 
-    def _ord_range(self, snap: Snapshot, conv: bytes, count: int, after: HistoryPosition | None,
+    def _ord_range(self, snap: Snapshot, conv: bytes, row: ConversationRow, after: HistoryPosition | None,
                    before: HistoryPosition | None) -> tuple[int, int]:
         """``[lo, hi)``: the ordinals of the visible messages with ``after < position < before``."""
-        lo = 0 if after is None else self._first_ord_after(snap, conv, count, after)
+        count = row.messages
+        lo = 0 if after is None else self._first_ord_after(snap, conv, row, after)
         if before is None:
             return lo, count
         if before.seq > 0:
-            hi = self._first_ord_after(snap, conv, count, HistoryPosition(before.turn, before.seq - 1))
+            hi = self._first_ord_after(snap, conv, row, HistoryPosition(before.turn, before.seq - 1))
         else:  # nothing of turn ``before.turn`` or later
             first = self._turn_at(snap, conv, before.turn)
             hi = first[2] if first is not None else count
@@ -149,7 +161,7 @@ class Reads(TurnReads):
             return []
         snap, c, row = opened
         after, before = bounds  # type: ignore[misc]
-        lo, hi = self._ord_range(snap, c, row.messages, after, before)
+        lo, hi = self._ord_range(snap, c, row, after, before)
         lo, hi = navigation.time_range(snap, c, row.messages, lo, hi, since_ms, until_ms)
         out = navigation.visible_page(snap, c, lo, hi, limit, order)
         if not include_hidden:
@@ -190,7 +202,7 @@ class Reads(TurnReads):
             row = MessageRow.decode(value)
             return _stored(row, None, None, snap, c) if row.seq == seq else None  # between point reads
 
-        return by_ids.visible_rows(snap, c, opened.row.messages, ids, keys.message_key, pick)
+        return by_ids.visible_rows(snap, c, opened.row, ids, keys.message_key, pick)
 
     def turn_sources_by_ids(self, conv: str, ids: Sequence[MessageID]) -> list[TurnSource]:
         """``entries_by_ids`` narrowed to ``TurnSource`` (the ``N`` rows: no metadata is read)."""
@@ -205,7 +217,7 @@ class Reads(TurnReads):
             return TurnSource(message_id(append_id, index), _ROLES[role], content, _time(created),
                               bool(flags & FLAG_INTERRUPTED))
 
-        return by_ids.visible_rows(opened.snap, opened.conv, opened.row.messages, ids, keys.source_key, pick)
+        return by_ids.visible_rows(opened.snap, opened.conv, opened.row, ids, keys.source_key, pick)
 
     def message_assets(self, conv: str, message_id_: str) -> tuple[AssetRef, ...] | None:
         """The assets of the visible message ``message_id_`` in ordinal order; None when it is not
@@ -213,7 +225,7 @@ class Reads(TurnReads):
         opened = self._open(conv)
         if opened is None:
             return None
-        found = assets.visible_seq(opened.snap, opened.conv, message_id_, opened.row.messages)
+        found = assets.visible_seq(opened.snap, opened.conv, message_id_, opened.row)
         return None if isinstance(found, str) else assets.assets_of(opened.snap, opened.conv, found[0])
 
     # -- runs (projections.runs) ----------------------------------------------------------------
@@ -242,7 +254,7 @@ class Reads(TurnReads):
             return True if head.seq == seq and head.role == _USER else None
 
         for wanted in runs.run_requests(snap, c, run_id):
-            if by_ids.visible_rows(snap, c, row.messages, [wanted], keys.message_key, pick):
+            if by_ids.visible_rows(snap, c, row, [wanted], keys.message_key, pick):
                 return wanted
         root = MessageID.parse(root_turn)
         slot = snap.get(keys.slot_key(c, root.append_id.encode("utf-8"))) if root.index == 0 else None
@@ -253,8 +265,10 @@ class Reads(TurnReads):
             value = snap.get(keys.message_key(c, keys.read_turn_value(raw)[1]))
             assert value is not None  # Invariant: T rows index visible M rows (same WriteBatch).
             head = MessageRow.decode(value)
+            if head.role != _USER:  # its request was deleted
+                return None
             return MessageID.parse(MessageID.format(head.append_id, head.index))
-        return root if by_ids.visible_rows(snap, c, row.messages, [root], keys.message_key, pick) else None
+        return root if by_ids.visible_rows(snap, c, row, [root], keys.message_key, pick) else None
 
     def latest_interrupted_checkpoint(self, conv: str) -> StoredMessage | None:
         """The newest assistant message, if its metadata ``interrupted`` is JSON ``true``: an
@@ -321,7 +335,7 @@ class Reads(TurnReads):
         if opened is None or bounds is _NOTHING:
             return [], False
         snap, c, row = opened
-        lo, hi = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
+        lo, hi = self._ord_range(snap, c, row, *bounds)  # type: ignore[misc]
         return self._within_bytes(snap, key, c, lo, hi, max_bytes, unit, head)
 
     def measure(self, conv: str, after: HistoryPosition) -> Measure:
@@ -333,7 +347,7 @@ class Reads(TurnReads):
         if opened is None:
             return Measure(0, 0, 0)
         snap, c, row = opened
-        lo, _ = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
+        lo, _ = self._ord_range(snap, c, row, *bounds)  # type: ignore[misc]
         if lo >= row.messages:
             return Measure(0, 0, 0)
         found = snap.floor(keys.aggregate_key(c, 0), keys.aggregate_key(c, lo))
@@ -371,7 +385,7 @@ class Reads(TurnReads):
         if opened is None or bounds is _NOTHING:
             return [], []
         snap, c, row = opened
-        _, end = self._ord_range(snap, c, row.messages, *bounds)  # type: ignore[misc]
+        _, end = self._ord_range(snap, c, row, *bounds)  # type: ignore[misc]
         system: list[bytes] = []
         system_ords = [_ord_of(k) for k, _ in snap.scan(keys.system_key(c, 0), keys.system_key(c, end))]
         for ord_ in system_ords:  # after the scan: a point read moves the snapshot's one iterator

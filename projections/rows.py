@@ -29,7 +29,7 @@ __all__ = [
 _U64 = struct.Struct(">Q")
 
 
-_CONV = struct.Struct(">BQQQQQQQB")
+_CONV = struct.Struct(">BQQQQQQQQB")
 
 
 @dataclass(slots=True)
@@ -60,19 +60,29 @@ class ConversationRow:
     """The latest turn position given to a turn slot (``allocate_turn``; 0: none). A turn opened
     without a slot takes the position after both this and ``turn``, so a slot's position is spent
     whether or not a turn ever uses it."""
+    deleted: int = 0
+    """How many of its messages were deleted (``delete_messages``; visible or hidden then). While it
+    is 0 no batch has a ``D`` row, so a message's ordinal is its receipt's first ordinal plus its
+    index, and a turn's seqs run with its ordinals (``projections.deletes``)."""
 
     def encode(self) -> bytes:
         key = self.last_key.encode("ascii")
         return _CONV.pack(1 if self.closed else 0, self.next_seq, self.turn, self.turns, self.messages,
-                          self.content_bytes, self.last_ms, self.allotted, len(key)) + key + self.last_append.encode(
-                              "utf-8")
+                          self.content_bytes, self.last_ms, self.allotted, self.deleted,
+                          len(key)) + key + self.last_append.encode("utf-8")
 
     @classmethod
     def decode(cls, b: bytes) -> ConversationRow:
-        closed, next_seq, turn, turns, messages, content, last_ms, allotted, key_length = _CONV.unpack_from(b)
+        closed, next_seq, turn, turns, messages, content, last_ms, allotted, deleted, key_length = _CONV.unpack_from(b)
         key_end = _CONV.size + key_length
         return cls(bool(closed), next_seq, turn, turns, messages, content, b[key_end:].decode("utf-8"), last_ms,
-                   b[_CONV.size:key_end].decode("ascii"), allotted)
+                   b[_CONV.size:key_end].decode("ascii"), allotted, deleted)
+
+    @property
+    def named_turns(self) -> bool:
+        """Whether a ``T`` row may hold its turn's id (a slot's, or a turn whose first message was
+        deleted): only then do the reads of turn ids look at the ``T`` rows."""
+        return self.allotted > 0 or self.deleted > 0
 
 
 _RECEIPT = struct.Struct(">IQQIQ")
@@ -238,7 +248,8 @@ class HiddenRow:
         return at, REASONS[reason], b[start:start + blen].decode("utf-8"), b[start + blen:]
 
 
-_STATS = struct.Struct(">QQQQQQQQQQ")
+_STATS = struct.Struct(">QQQQQQQQQQQ")
+_STATS_BEFORE_DELETES = struct.Struct(">QQQQQQQQQQ")  # rows written before ``deleted`` was counted
 _STATS_BEFORE_FENCES = struct.Struct(">QQQQQQQQQ")  # rows written before ``fenced`` was counted
 _STATS_BEFORE_ERASURE = struct.Struct(">QQQQQQQ")  # rows written before ``cleared`` and ``erased`` were counted
 
@@ -260,10 +271,13 @@ class Stats:
     """Records met after their content was erased (their key destroyed): applied without effect."""
     fenced: int = 0
     """Writes refused because a later run began before them (``Fenced``)."""
+    deleted: int = 0
+    """Messages deleted (``delete_messages``: each one once, visible or hidden then)."""
 
     def encode(self) -> bytes:
         return _STATS.pack(self.accepted, self.duplicates, self.conflicts, self.rejected_closed, self.corrupt,
-                           self.precondition_failed, self.not_replaceable, self.cleared, self.erased, self.fenced)
+                           self.precondition_failed, self.not_replaceable, self.cleared, self.erased, self.fenced,
+                           self.deleted)
 
     def copy(self) -> Stats:
         return Stats(*(getattr(self, f) for f in Stats.__slots__))
@@ -279,6 +293,8 @@ class Stats:
             return cls()
         if len(b) == _STATS_BEFORE_ERASURE.size:
             return cls(*_STATS_BEFORE_ERASURE.unpack(b))
+        if len(b) == _STATS_BEFORE_DELETES.size:
+            return cls(*_STATS_BEFORE_DELETES.unpack(b))
         if len(b) == _STATS_BEFORE_FENCES.size:
             return cls(*_STATS_BEFORE_FENCES.unpack(b))
         return cls(*_STATS.unpack(b))

@@ -265,25 +265,37 @@ class Projector(Ownership, Positions):
         cleared = [i for i, (_, key, d) in enumerate(decided) if d.outcome is Outcome.CLEARED or (
             d.outcome is Outcome.DUPLICATE and key.endswith(KEY_SEPARATOR)  # a clear of a closed conversation
             and self.store.get(keys.erasing_key(read_record_conv(key))) is not None)]  # while its erasure is pending
-        if not cleared:
+        # Deletes that removed messages: their rows' files are compacted too, before their writers hear.
+        deleted = [i for i, (_, _, d) in enumerate(decided) if d.outcome is Outcome.DELETED and d.removed]
+        if not cleared and not deleted:
             return decided
-        convs = list(dict.fromkeys(read_record_conv(decided[i][1]) for i in cleared))
-        parts = {decided[i][0].partition for i in cleared}
-        extra = [*(keys.custom_partition_keyspace(name, p) for name in live for p in parts), *unseen]
-        try:
-            used = erasure.destroy_keys(self.store, self.keys, convs)
-        except Exception as e:
-            log.warning("the erasure of %d cleared conversation(s) did not complete (%s); they are closed, and "
-                        "the next clear of each, or the next open, completes it", len(cleared), e)
-            out = list(decided)
-            for i, failed in zip(cleared, incomplete([decided[i] for i in cleared], e), strict=True):
-                out[i] = failed
-            return out
-        job, held = next(self._erase_jobs), set(cleared)
+        out = list(decided)
+        convs: list[bytes] = []
+        used: dict[bytes, list[str]] = {}
+        extra: list[tuple[bytes, bytes]] = []
+        if cleared:
+            convs = list(dict.fromkeys(read_record_conv(decided[i][1]) for i in cleared))
+            parts = {decided[i][0].partition for i in cleared}
+            extra = [*(keys.custom_partition_keyspace(name, p) for name in live for p in parts), *unseen]
+            try:
+                used = erasure.destroy_keys(self.store, self.keys, convs)
+            except Exception as e:
+                log.warning("the erasure of %d cleared conversation(s) did not complete (%s); they are closed, and "
+                            "the next clear of each, or the next open, completes it", len(cleared), e)
+                for i, failed in zip(cleared, incomplete([decided[i] for i in cleared], e), strict=True):
+                    out[i] = failed
+                convs, extra, cleared = [], [], []
+                if not deleted:
+                    return out
+        held = [*cleared, *deleted]
+        compacted = list(dict.fromkeys(read_record_conv(decided[i][1]) for i in deleted))
+        job = next(self._erase_jobs)
         with self._cond:
-            self._hold_locked(job, [decided[i][0] for i in cleared])
-        self._eraser.submit(convs, used, extra, [decided[i] for i in cleared], lambda done: self._erased(job, done))
-        return [d for i, d in enumerate(decided) if i not in held]
+            self._hold_locked(job, [decided[i][0] for i in held])
+        self._eraser.submit(convs, used, extra, [out[i] for i in held], lambda done: self._erased(job, done),
+                            compacted)
+        kept = set(held)
+        return [d for i, d in enumerate(out) if i not in kept]
 
     def _erased(self, job: int, decided: Sequence[tuple[LogPosition, bytes, Decision]]) -> None:
         """The eraser finished ``job``: its clears are applied now, and their writers answered."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from projections import keys, navigation
+from projections import deletes, full, keys, navigation
 from projections.rows import ConversationRow, MessageRow, ReceiptRow
 from projections.store import Snapshot, StateStore
 from schemas.batch import HistoryTurn, StoredMessage
@@ -65,7 +65,7 @@ class TurnReads:
         if message.turn == 0:
             raise NotFound(f"message {message_id_!r} of {conv!r} comes before the first user message: "
                            "it belongs to no turn")
-        return self._turn(snap, c, row.messages, message.turn, row.allotted)
+        return self._turn(snap, c, row.messages, message.turn, row.named_turns)
 
     def _slotted_turn(self, conv: str, turn_id: str, wanted: MessageID) -> HistoryTurn | None:
         """The visible turn filed under slot ``turn_id`` (``<slot id>/0``), None when no slot has
@@ -81,7 +81,7 @@ class TurnReads:
         raw = snap.get(keys.turn_key(c, position))
         if raw is None or keys.read_turn_id(raw) != turn_id:
             raise NotFound(f"turn slot {turn_id!r} of {conv!r} has no visible turn (unused, or its turn was replaced)")
-        return self._turn(snap, c, row.messages, position, row.allotted)
+        return self._turn(snap, c, row.messages, position, row.named_turns)
 
     def _visible_message(self, conv: str, message_id_: str, wanted: MessageID | None = None
                          ) -> tuple[Snapshot, bytes, ConversationRow, MessageRow]:
@@ -101,7 +101,10 @@ class TurnReads:
         if receipt is None or wanted.index >= receipt.count:
             raise NotFound(f"conversation {conv!r} has no message {message_id_!r} "
                            "(message ids are APPEND_ID/INDEX, as entries() shows them)")
-        ord_, seq = receipt.first_ord + wanted.index, receipt.first_seq + wanted.index
+        ord_ = deletes.ordinal_of(snap, c, row, wanted.append_id.encode("utf-8"), receipt, wanted.index)
+        if ord_ is None:
+            raise NotFound(f"message {message_id_!r} of {conv!r} was deleted (delete_messages)")
+        seq = receipt.first_seq + wanted.index
         value = snap.get(keys.message_key(c, ord_)) if ord_ < row.messages else None
         message = MessageRow.decode(value) if value is not None else None
         if message is None or message.seq != seq:  # its turn was replaced: another message has the ordinal now
@@ -115,15 +118,16 @@ class TurnReads:
         if opened is None:
             return None
         snap, c, row = opened
-        if row.turn == 0 or row.messages == 0:
+        turn = full.visible_turn(snap, c, row)
+        if turn == 0:
             return None
-        return self._turn(snap, c, row.messages, row.turn, row.allotted)
+        return self._turn(snap, c, row.messages, turn, row.named_turns)
 
-    def _turn(self, snap: Snapshot, conv: bytes, count: int, turn: int, allotted: int) -> HistoryTurn:
+    def _turn(self, snap: Snapshot, conv: bytes, count: int, turn: int, named: bool) -> HistoryTurn:
         found = self._turn_at(snap, conv, turn)
         assert found is not None and found[0] == turn  # Invariant: a visible message's turn is indexed.
-        # Before the scan (a snapshot has one iterator); only a conversation that allocated a slot has one.
-        slotted = self._slotted_ids(snap, conv, turn, turn + 1) if allotted else {}
+        # Before the scan (a snapshot has one iterator); only a conversation with slots or deletes has one.
+        slotted = self._slotted_ids(snap, conv, turn, turn + 1) if named else {}
         values: list[bytes] = []
         for _, value in snap.scan(keys.message_key(conv, found[2]), keys.message_key(conv, count)):
             if MessageRow.decode_head(value)[0] != turn:
@@ -132,9 +136,9 @@ class TurnReads:
         return _as_turn(turn, navigation.stored_all(snap, conv, values), slotted.get(turn))
 
     def _slotted_ids(self, snap: Snapshot, conv: bytes, lo: int, hi: int) -> dict[int, str]:
-        """The ids of the slotted turns among the visible turns of positions ``[lo, hi)`` (one scan
-        of their ``T`` rows: O(turns); the callers skip it for a conversation that never allocated
-        a slot, ``ConversationRow.allotted`` 0)."""
+        """The ids kept in the ``T`` rows of the visible turns of positions ``[lo, hi)`` (a slot's, or
+        that of a turn whose first message was deleted; one scan of their ``T`` rows: O(turns); the
+        callers skip it unless ``ConversationRow.named_turns``)."""
         found: dict[int, str] = {}
         for key, value in snap.scan(keys.turn_key(conv, lo), keys.turn_key(conv, hi)):
             slotted = keys.read_turn_id(value)
@@ -152,7 +156,7 @@ class TurnReads:
         first = self._turn_at(snap, c, 1) if row.turn > 0 else None
         if first is None:
             return []
-        slotted = self._slotted_ids(snap, c, first[0], row.turn + 1) if row.allotted else {}
+        slotted = self._slotted_ids(snap, c, first[0], row.turn + 1) if row.named_turns else {}
         groups: list[list[bytes]] = []
         current = -1
         for _, value in snap.scan(keys.message_key(c, first[2]), keys.message_key(c, row.messages)):

@@ -26,6 +26,7 @@ __all__ = [
     "check_allocated_record",
     "check_batch_record",
     "check_cleared_record",
+    "check_deleted_record",
     "check_linked_record",
     "check_replaced_record",
     "check_run_record",
@@ -165,6 +166,26 @@ def check_allocated_record(rec: dict[str, Any]) -> None:
     """A ``TurnAllocated`` record's fields."""
     _valid_common(rec)
     _valid_id(rec, "slot_id", AppendID)
+
+
+MAX_DELETE_IDS: Final = 10_000
+"""At most this many message ids in one ``MessagesDeleted`` (``delete_messages``' bound)."""
+
+
+def check_deleted_record(rec: dict[str, Any]) -> None:
+    """A ``MessagesDeleted`` record's fields: 1 to ``MAX_DELETE_IDS`` message ids (made a tuple)."""
+    _valid_common(rec)
+    _valid_id(rec, "delete_id", AppendID)
+    ids = rec["message_ids"]
+    if not 1 <= len(ids) <= MAX_DELETE_IDS:
+        raise InvalidField("message_ids", f"{len(ids)} ids; a delete names 1 to {MAX_DELETE_IDS}")
+    for text in ids:
+        problem = turn_id_problem(text)
+        if problem:
+            raise InvalidField("message_ids", problem.replace("turn id", "message id"))
+    rec["message_ids"] = tuple(ids)
+    if rec["fence"] is not None:
+        _valid_int(rec, "fence", 1, LONG_MAX)
 
 
 def check_cleared_record(rec: dict[str, Any]) -> None:

@@ -18,8 +18,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from schemas.runs import Fence
     from schemas.slots import TurnSlot
 
-__all__ = ["NAMESPACE", "AssetsLinked", "BatchAppended", "ConversationCleared", "Event", "RunBegun", "TurnAllocated",
-           "TurnReplaced"]
+__all__ = ["NAMESPACE", "AssetsLinked", "BatchAppended", "ConversationCleared", "Event", "MessagesDeleted", "RunBegun",
+           "TurnAllocated", "TurnReplaced"]
 
 NAMESPACE: Final = "histlog.events"
 
@@ -128,6 +128,21 @@ class AssetsLinked:
 
 
 @dataclass(frozen=True, slots=True)
+class MessagesDeleted:
+    """Messages removed from every read and from the state (``schemas/messages_deleted.avsc``,
+    ``delete_messages``): ``message_ids`` are message ids (``APPEND_ID/INDEX``), ``fence`` the
+    writer's (None: none). Its record key's second part is ``delete_id``."""
+
+    AVRO_NAME: ClassVar[str] = f"{NAMESPACE}.MessagesDeleted"
+
+    conversation_id: str
+    delete_id: str
+    message_ids: tuple[str, ...]
+    fence: int | None
+    created_at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class TurnReplaced:
     """Edit or retry (``schemas/turn_replaced.v3.avsc``): hides the latest visible turn
     ``old_turn_id`` and appends the replacement turn, atomically. Keyed like a batch."""
@@ -168,4 +183,4 @@ class TurnReplaced:
                    None if fence is None else fence.epoch, run_id)
 
 
-Event = BatchAppended | ConversationCleared | TurnReplaced | RunBegun | TurnAllocated | AssetsLinked
+Event = BatchAppended | ConversationCleared | TurnReplaced | RunBegun | TurnAllocated | AssetsLinked | MessagesDeleted

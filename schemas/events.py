@@ -65,6 +65,7 @@ from schemas.event_body import (
     ASSETS_FIELDS,
     BATCH_FIELDS,
     CLEARED_FIELDS,
+    DELETED_FIELDS,
     REPLACED_FIELDS,
     RUN_FIELDS,
     SEALED_FIELDS,
@@ -75,6 +76,7 @@ from schemas.event_body import (
     assets_body,
     batch_body,
     cleared_body,
+    deleted_body,
     replaced_body,
     run_body,
 )
@@ -88,6 +90,7 @@ from schemas.event_rules import (
     check_allocated_record,
     check_batch_record,
     check_cleared_record,
+    check_deleted_record,
     check_linked_record,
     check_replaced_record,
     check_run_record,
@@ -98,6 +101,7 @@ from schemas.event_types import (
     BatchAppended,
     ConversationCleared,
     Event,
+    MessagesDeleted,
     RunBegun,
     TurnAllocated,
     TurnReplaced,
@@ -114,6 +118,7 @@ __all__ = [
     "CONVERSATION_CLEARED_FINGERPRINT",
     "HEADER_SIZE",
     "MAGIC",
+    "MESSAGES_DELETED_FINGERPRINT",
     "NAMESPACE",
     "REPLACE_REASONS",
     "RUN_BEGUN_FINGERPRINT",
@@ -124,6 +129,7 @@ __all__ = [
     "BatchAppended",
     "ConversationCleared",
     "Event",
+    "MessagesDeleted",
     "RunBegun",
     "TurnAllocated",
     "TurnReplaced",
@@ -153,6 +159,7 @@ _CURRENT_FILES: Final[dict[str, str]] = {
     RunBegun.AVRO_NAME: "run_begun.avsc",
     TurnAllocated.AVRO_NAME: "turn_allocated.avsc",
     AssetsLinked.AVRO_NAME: "assets_linked.avsc",
+    MessagesDeleted.AVRO_NAME: "messages_deleted.avsc",
 }
 _HISTORIC_FILES: Final = ("batch_appended.v1.avsc", "batch_appended.avsc", "turn_replaced.avsc",
                           "batch_appended.v3.avsc", "turn_replaced.v2.avsc", "batch_appended.v4.avsc")
@@ -224,6 +231,11 @@ def _build_allocated(rec: dict[str, Any]) -> Event:
     return TurnAllocated(**rec)
 
 
+def _build_deleted(rec: dict[str, Any]) -> Event:
+    check_deleted_record(rec)
+    return MessagesDeleted(**rec)
+
+
 def _build_linked(rec: dict[str, Any]) -> Event:
     check_linked_record(rec)
     _sealed_of(rec)
@@ -237,6 +249,7 @@ _BUILDERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
     RunBegun.AVRO_NAME: _build_run,
     TurnAllocated.AVRO_NAME: _build_allocated,
     AssetsLinked.AVRO_NAME: _build_linked,
+    MessagesDeleted.AVRO_NAME: _build_deleted,
 }
 
 
@@ -275,6 +288,9 @@ TURN_ALLOCATED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[TurnAllocated.A
 ASSETS_LINKED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[AssetsLinked.AVRO_NAME]
 """Fingerprint bytes of the ``AssetsLinked`` schema (frame bytes 2..9)."""
 
+MESSAGES_DELETED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[MessagesDeleted.AVRO_NAME]
+"""Fingerprint bytes of the ``MessagesDeleted`` schema (frame bytes 2..9)."""
+
 _WRITERS: dict[bytes, _Writer] = {
     fp: _Writer(fp, name, _CURRENT[name], None, _BUILDERS[name]) for name, fp in _CURRENT_FINGERPRINTS.items()
 }
@@ -286,6 +302,7 @@ _PREFIX_REPLACED: Final = MAGIC + TURN_REPLACED_FINGERPRINT
 _PREFIX_RUN: Final = MAGIC + RUN_BEGUN_FINGERPRINT
 _PREFIX_ALLOCATED: Final = MAGIC + TURN_ALLOCATED_FINGERPRINT
 _PREFIX_LINKED: Final = MAGIC + ASSETS_LINKED_FINGERPRINT
+_PREFIX_DELETED: Final = MAGIC + MESSAGES_DELETED_FINGERPRINT
 
 
 def _full_name(name: str) -> str:
@@ -385,6 +402,8 @@ def _layout(schema: dict[str, Any]) -> list[tuple[str, Any]]:
             return t["size"]
         if isinstance(t, list) and isinstance(t[-1], dict):  # ["null", SealedContent]
             return ["null", _layout(t[-1])]
+        if isinstance(t, dict) and t["type"] == "array":
+            return ["array", t["items"]]
         if isinstance(t, list) and t == ["null", {"type": "long"}]:  # parse_schema's spelling of ["null","long"]
             return ["null", "long"]
         return t
@@ -404,6 +423,7 @@ assert _layout(_CURRENT[ConversationCleared.AVRO_NAME]) == list(CLEARED_FIELDS)
 assert _layout(_CURRENT[RunBegun.AVRO_NAME]) == list(RUN_FIELDS)
 assert _layout(_CURRENT[TurnAllocated.AVRO_NAME]) == list(ALLOCATED_FIELDS)
 assert _layout(_CURRENT[AssetsLinked.AVRO_NAME]) == [*ASSETS_FIELDS, _SEALED_LAYOUT]
+assert _layout(_CURRENT[MessagesDeleted.AVRO_NAME]) == list(DELETED_FIELDS)
 
 # --------------------------------------------------------------------------- codec
 
@@ -513,6 +533,20 @@ def encode_event(event: Event) -> bytes:
         check_time_ms(event.created_at_ms)
         return _PREFIX_LINKED + assets_body(event.conversation_id, event.message_id, event.assets,
                                             event.created_at_ms, _sealed_parts(event.sealed))
+    if cls is MessagesDeleted:
+        assert isinstance(event, MessagesDeleted)  # Invariant: the exact type check above.
+        _check_str(event.conversation_id, "conversation_id")
+        _check_str(event.delete_id, "delete_id")
+        if type(event.message_ids) is not tuple:
+            raise TypeError(f"message_ids must be a tuple, not {type(event.message_ids).__name__}")
+        for m in event.message_ids:
+            _check_str(m, "message_ids[]")
+        if event.fence is not None:
+            _check_int(event.fence, "fence", LONG_MIN, LONG_MAX)
+        _check_int(event.created_at_ms, "created_at_ms", LONG_MIN, LONG_MAX)
+        check_time_ms(event.created_at_ms)
+        return _PREFIX_DELETED + deleted_body(event.conversation_id, event.delete_id, event.message_ids,
+                                              event.fence, event.created_at_ms)
     raise TypeError(f"not a histlog event: {cls.__name__}")
 
 

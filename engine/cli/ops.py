@@ -23,7 +23,7 @@ from engine.cli.target import Target
 from engine.facade import EngineStats, HistoryEngine
 from engine.render import ProgressBar, one_line, print_lines, record_line, render_message
 from engine.service.wire import stats_json
-from projections.events import ClearEvent, ProjectedEvent, TurnReplacedEvent
+from projections.events import ClearEvent, MessagesDeleted, ProjectedEvent, TurnReplacedEvent
 from schemas.errors import SubscriptionLost
 
 __all__ = ["cmd_rebuild", "cmd_stats", "cmd_tail", "event_lines", "follow"]
@@ -148,6 +148,8 @@ def event_lines(event: ProjectedEvent) -> list[str]:
     c = event.conversation_id
     if isinstance(event, ClearEvent):
         return [f"{c}  cleared"]
+    if isinstance(event, MessagesDeleted):
+        return [f"{c}  deleted {' '.join(event.message_ids)}"]
     head = [f"{c}  turn {event.old_turn_id} replaced ({event.reason}):"] if isinstance(event, TurnReplacedEvent) else []
     return head + [f"{c}  [{position}] {render_message(message)}"
                    for message, position in zip(event.messages, event.positions, strict=True)]

@@ -22,6 +22,7 @@ from engine.cli.writes import (
     cmd_assets_link,
     cmd_clear,
     cmd_clear_prefix,
+    cmd_messages_delete,
     cmd_replace_turn,
     cmd_run_begin,
     cmd_run_show,
@@ -256,6 +257,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=_integer, help="its size in bytes")
     p.add_argument("--storage-key", help="where it is stored (an object key)")
     p.add_argument("--name", help="its file name")
+
+    p = command("messages", None, "single messages (messages delete)")
+    messages_sub = p.add_subparsers(dest="messages_command", metavar="MESSAGES_COMMAND", parser_class=_Parser,
+                                    required=True)
+    p = command("delete", cmd_messages_delete, "delete visible messages from every read; print how many",
+                "Delete the visible messages MESSAGE_ID... (APPEND_ID/INDEX, as `histlog read --json` shows them, "
+                "at most 10,000) of CONVERSATION from every read and print how many were deleted: `deleted N`. "
+                "Ids that name no visible message (unknown, hidden by a replacement, already deleted, not a "
+                "message id) change nothing and are not counted, so running it again is safe (it prints "
+                "`deleted 0`). A cleared conversation, or --fence of a run a later run superseded, exits 3.",
+                into=messages_sub)
+    p.add_argument("conversation", metavar="CONVERSATION")
+    p.add_argument("ids", nargs="+", metavar="MESSAGE_ID")
+    p.add_argument("--run", metavar="RUN", help="with --fence: the run that `histlog run begin` gave that epoch")
+    p.add_argument("--fence", metavar="EPOCH", type=_integer,
+                   help="with --run: the run's epoch from `histlog run begin`; refused (exit 3) once a later "
+                        "run of the conversation began")
+    p.add_argument("--json", action="store_true", help='print {"deleted": N}')
 
     p = command("stats", cmd_stats, "log offsets, lag and admission counts")
     p.add_argument("--json", action="store_true", help="one JSON object")

@@ -117,7 +117,8 @@ def cmd_log_verify(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     return OK if report.clean and not counts["missing key"] else FAILED
 
 
-_SHOWN: tuple[RecordStatus, ...] = ("plain", "sealed", "erased", "clear", "run", "slot", "poison", "missing key")
+_SHOWN: tuple[RecordStatus, ...] = ("plain", "sealed", "erased", "clear", "run", "slot", "delete", "poison",
+                                    "missing key")
 _LISTED = 10
 
 

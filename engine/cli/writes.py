@@ -1,6 +1,7 @@
 """The commands that write: ``append``, ``replace-turn``, ``clear``, ``clear-prefix``, ``run begin`` (and
-``run show``, beside it), ``turn allocate``. Each builds its input from the arguments (a ``Batch``
-validates before any I/O), makes one engine call and prints the receipt as the schemas serialise it."""
+``run show``, beside it), ``turn allocate``, ``assets link``, ``messages delete``. Each builds its input
+from the arguments (a ``Batch`` validates before any I/O), makes one engine call and prints the receipt as
+the schemas serialise it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 from pathlib import Path
 from typing import TextIO
 
-from engine.arguments import check_clear_prefix
+from engine.arguments import check_clear_prefix, check_ids
 from engine.cli.exits import OK, UsageError
 from engine.cli.target import Target
 from engine.render import print_lines
@@ -21,8 +22,8 @@ from schemas.messages import Message, Role, TextPart, starts_turn
 from schemas.runs import Fence
 from schemas.slots import TurnSlot
 
-__all__ = ["cmd_append", "cmd_assets_link", "cmd_clear", "cmd_clear_prefix", "cmd_replace_turn", "cmd_run_begin",
-           "cmd_run_show", "cmd_turn_allocate"]
+__all__ = ["cmd_append", "cmd_assets_link", "cmd_clear", "cmd_clear_prefix", "cmd_messages_delete", "cmd_replace_turn",
+           "cmd_run_begin", "cmd_run_show", "cmd_turn_allocate"]
 
 
 def _batch_file(conversation: str, append_id: str, path: str) -> Batch:
@@ -49,7 +50,7 @@ def cmd_append(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
         if role == "tool":
             raise UsageError("--role tool needs a tool result; use --file with a tool_result part")
         batch = Batch(ns.conversation, ns.append_id, [Message(role, [TextPart(ns.text)])])
-    fence = _fence(ns, batch)
+    fence = _fence(ns, batch.conversation_id)
     turn = _turn(ns.turn, batch)
     if ns.run is not None:
         batch = Batch(batch.conversation_id, batch.append_id, batch.messages, run_id=ns.run)
@@ -59,13 +60,13 @@ def cmd_append(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     return OK
 
 
-def _fence(ns: argparse.Namespace, batch: Batch) -> Fence | None:
+def _fence(ns: argparse.Namespace, conversation_id: ConversationID) -> Fence | None:
     """``--fence EPOCH --run RUN`` as the write's fence (``histlog run begin`` prints both)."""
     if ns.fence is None:
         return None
     if ns.run is None:
         raise UsageError("--fence needs --run: the run that `histlog run begin` gave that epoch")
-    return Fence(batch.conversation_id, ns.run, ns.fence)
+    return Fence(conversation_id, ns.run, ns.fence)
 
 
 def _turn(text: str | None, batch: Batch) -> TurnSlot | None:
@@ -165,4 +166,17 @@ def cmd_assets_link(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
     with target.open() as engine:
         linked = engine.link_assets(ns.conversation, ns.message_id, [ref])
     print_lines(out, *(json.dumps(a.tree(), sort_keys=True) for a in linked))
+    return OK
+
+
+def cmd_messages_delete(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
+    conversation = ConversationID(ns.conversation)
+    check_ids(ns.ids)  # InvalidWindow (exit 2) before the engine opens
+    if ns.run is not None and ns.fence is None:
+        raise UsageError("--run goes with --fence: a delete records no run, it is only refused once a later run "
+                         "began (give the epoch `histlog run begin` printed)")
+    fence = _fence(ns, conversation)
+    with target.open() as engine:
+        deleted = engine.delete_messages(conversation, ns.ids, fence=fence)
+    print_lines(out, json.dumps({"deleted": deleted}) if ns.json else f"deleted {deleted}")
     return OK

@@ -56,7 +56,7 @@ from engine.service.wire import (
     time_text,
     turn_of,
 )
-from engine.service.wire_bulk import cleared_of
+from engine.service.wire_bulk import cleared_of, deleted_of
 from engine.service.wire_runs import fence_of, run_of
 from engine.service.wire_slots import slot_of, turn_json
 from projections.navigation import Order
@@ -81,11 +81,11 @@ from schemas.positions import HistoryPosition, LogPosition
 from schemas.runs import Fence, check_fence
 from schemas.slots import TurnSlot, check_slot
 
-__all__ = ["Plan", "allocate_turn", "append", "begin_run", "clear", "clear_prefix", "conversations", "entries",
-           "entries_by_ids", "latest_interrupted_checkpoint", "latest_turn", "link_assets", "locate", "measure",
-           "poison", "position_of", "read", "read_within_bytes", "replace_turn", "run_request_message",
-           "run_wrote_history", "stats", "turn", "turn_sources", "turn_sources_by_ids", "turns", "window",
-           "window_entries"]
+__all__ = ["Plan", "allocate_turn", "append", "begin_run", "clear", "clear_prefix", "conversations",
+           "delete_messages", "entries", "entries_by_ids", "latest_interrupted_checkpoint", "latest_turn",
+           "link_assets", "locate", "measure", "poison", "position_of", "read", "read_within_bytes", "replace_turn",
+           "run_request_message", "run_wrote_history", "stats", "turn", "turn_sources", "turn_sources_by_ids",
+           "turns", "window", "window_entries"]
 
 T = TypeVar("T")
 Plan = Generator[Request, Any, T]
@@ -233,6 +233,22 @@ def link_assets(conversation_id: str, message_id: str, refs: list[AssetRef],
     tree = yield Request("PUT", f"{path}/messages/{_seg(m)}/assets", body=body, write=True, timeout=timeout,
                          conversation=str(conversation_id))
     return wire_assets.assets_of(tree)
+
+
+def delete_messages(conversation_id: str, message_ids: list[str], *, fence: Fence | None = None,
+                    timeout: float | None = None) -> Plan[int]:
+    """``HistoryEngine.delete_messages``: ``POST .../messages:delete`` with ``{"ids": [...]}`` (and
+    ``?fence=EPOCH`` with a fence); how many of the named messages were visible. The ids and the
+    fence are checked before any request, as the engine checks them. A resend is safe: deleting
+    again deletes nothing (it counts 0), so a retry after a timeout never deletes more."""
+    _timeout(timeout)
+    path = _conv(conversation_id) + "/messages:delete"
+    check_ids(message_ids)
+    checked = check_fence(fence, conversation_id)
+    tree = yield Request("POST", path, _params(fence=None if checked is None else checked.epoch),
+                         body=orjson.dumps({"ids": list(message_ids)}), write=True, timeout=timeout,
+                         conversation=str(conversation_id))
+    return deleted_of(tree)
 
 
 def _run(conversation_id: str, run_id: str, root_turn: str | None) -> Plan[Any]:

@@ -5,7 +5,9 @@ What a stream promises:
 
 - ``event: message`` (``id: TURN:SEQ``, a StoredMessage as ``data``) for each accepted message,
   in stored order; ``event: replaced`` (``{"hidden":[ids],"superseded_by","reason"}``) right
-  before the messages of a turn that replaced one; ``event: closed`` once the conversation is
+  before the messages of a turn that replaced one; ``event: deleted`` (``{"ids":[message ids]}``)
+  when ``delete_messages`` removed stored messages (a resumed stream never shows them again: its
+  catch-up reads the state); ``event: closed`` once the conversation is
   cleared, after which the stream ends (at once for a conversation cleared already, resumed or
   not); ``: keepalive`` comment lines while idle.
 - ``after=TURN:SEQ`` or ``Last-Event-ID`` resumes **without a gap or a duplicate**: the stream
@@ -59,7 +61,7 @@ from engine.service.forward import stream_until_disconnected
 from engine.service.routes import Context, Op
 from engine.service.routing import Param, segment
 from engine.service.wire import history_position_of
-from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
+from projections.events import BatchEvent, ClearEvent, MessagesDeleted, ProjectedEvent, TurnReplacedEvent
 from schemas.batch import StoredMessage
 from schemas.errors import HistoryError, NotOwner, NotReady, SubscriptionLost
 from schemas.ids import ConversationID, MessageID
@@ -337,6 +339,9 @@ async def _frames(engine: AsyncHistoryEngine, follower: Follower, after: History
         if isinstance(event, ClearEvent):
             yield frame("closed", orjson.dumps({"conversation_id": c}))
             return
+        if isinstance(event, MessagesDeleted):
+            yield frame("deleted", orjson.dumps({"ids": list(event.message_ids)}))
+            continue
         fresh = [m for m in _stored_of(event) if last is None or m.position > last]
         if not fresh:
             continue  # the catch-up read covered it

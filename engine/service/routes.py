@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from engine.arguments import EMPTY, check_clear_prefix
+from engine.arguments import EMPTY, check_clear_prefix, check_ids
 from engine.cluster.ownership import OwnershipMap
 from engine.runs import check_root_turn
 from engine.service import wire, wire_assets, wire_bulk, wire_runs, wire_slots
@@ -194,6 +194,20 @@ async def post_by_ids(request: Request, ctx: Context, query: dict[str, Any]) -> 
         sources = await engine.turn_sources_by_ids(c, ids)
         return json_response({"sources": [orjson.Fragment(s.to_json()) for s in sources]})
     return json_response({"messages": wire.messages_json(await engine.entries_by_ids(c, ids))})
+
+
+async def post_delete(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    """``delete_messages``; ``?fence=EPOCH`` resolved to its run's fence as ``put_append`` resolves
+    ``"fence"``. The ids are checked first (``InvalidWindow``), before the fence's lookup, which
+    may wait for the log."""
+    c = segment(request, "c")
+    ids = wire_bulk.ids_body_of(await read_body(request, ctx.max_body))
+    check_ids(ids)
+    engine = ctx.router.engine(c)
+    fence: Fence | None = None
+    if "fence" in query:
+        fence = await engine.fence_of_epoch(c, query["fence"])
+    return json_response({"deleted": await engine.delete_messages(c, ids, fence=fence)})
 
 
 async def get_conversations(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
@@ -394,6 +408,13 @@ OPS: tuple[Op, ...] = (
        query=(Param("view", "view", "messages (default): StoredMessages; turn-sources: {\"sources\": [...]}, "
                     "as turn_sources_by_ids"), _AT_LEAST),
        body=wire_bulk.IdsBody, errors=(400, 401, 413, 503)),
+    Op("POST", _C + "/messages:delete", "delete_messages", "Delete the visible messages named by their ids from "
+       "every read (at most 10,000; unknown, hidden, already deleted or malformed ids change nothing and are not "
+       "counted); how many were deleted. A resend is safe: deleting again deletes nothing", post_delete,
+       (200, wire_bulk.DeletedOut), query=(
+           Param("fence", "int", "the epoch of the run that writes (begin_run's): refused as 409 Fenced once a "
+                 "later run of the conversation began", minimum=1),),
+       body=wire_bulk.IdsBody, errors=(400, 401, 404, 409, 410, 413, 503, 504)),
     Op("PUT", _C + "/messages/{m}/assets", "link_assets", "Link media references to a visible message "
        "(idempotent: a ref already linked changes nothing, another ref at a linked ordinal is a conflict); "
        "all its assets after the link", put_assets, (200, wire_assets.AssetsOut), body=wire_assets.AssetsBody,

@@ -242,6 +242,7 @@ class StatsOut(BaseModel):
     cleared: int = 0
     erased: int = 0
     fenced: int = 0
+    deleted: int = 0
     poison: list[PoisonOut]
 
 

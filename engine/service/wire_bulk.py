@@ -1,8 +1,9 @@
 """The bodies of the routes that name many things at once (SERVICE.md): reads by message ids
-(``POST .../messages:by-ids``) and clears by prefix (``POST /v1/conversations:clear``). Kept
-beside ``engine.service.wire`` (the one home of every other representation, whose models and
-converters these reuse), with the same rules: the pydantic models validate the request bodies
-and generate ``/openapi.json``; a bad body is an ``InvalidRequest`` naming the field.
+(``POST .../messages:by-ids``), deletes by message ids (``POST .../messages:delete``) and clears
+by prefix (``POST /v1/conversations:clear``). Kept beside ``engine.service.wire`` (the one home
+of every other representation, whose models and converters these reuse), with the same rules:
+the pydantic models validate the request bodies and generate ``/openapi.json``; a bad body is an
+``InvalidRequest`` naming the field.
 
 What the engine decides about the values (more than ``MAX_IDS`` ids, an empty prefix) it
 raises itself, with the class it raises in process, so a caller sees the same error either way.
@@ -12,20 +13,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from engine.service.wire import TurnSourceModel, body_tree
 from schemas.errors import InvalidRequest
 from schemas.invalid import invalid
 
-__all__ = ["ClearedOut", "IdsBody", "PrefixBody", "SourcesByIdsOut", "cleared_of", "ids_body_of",
-           "prefix_body_of"]
+__all__ = ["ClearedOut", "DeletedOut", "IdsBody", "PrefixBody", "SourcesByIdsOut", "cleared_of", "deleted_of",
+           "ids_body_of", "prefix_body_of"]
 
 _STRICT = ConfigDict(extra="forbid")
 
 
 class IdsBody(BaseModel):
-    """The message ids to read (``APPEND_ID/INDEX``, as ``entries`` gives them), at most 10,000."""
+    """The message ids to read or delete (``APPEND_ID/INDEX``, as ``entries`` gives them), at most
+    10,000."""
     model_config = _STRICT
     ids: list[str]
 
@@ -46,6 +48,12 @@ class ClearedOut(BaseModel):
     cleared: Annotated[int, Field(ge=0)]
 
 
+class DeletedOut(BaseModel):
+    """How many of the named messages were visible (and are now deleted from every read)."""
+    model_config = _STRICT
+    deleted: Annotated[StrictInt, Field(ge=0)]
+
+
 def _parsed(body: bytes, model: type[BaseModel], shape: str) -> Any:
     tree = body_tree(body)
     if not isinstance(tree, dict):
@@ -57,7 +65,7 @@ def _parsed(body: bytes, model: type[BaseModel], shape: str) -> Any:
 
 
 def ids_body_of(body: bytes) -> list[str]:
-    """The ids of a by-ids body; ``InvalidRequest`` naming the field when it is not
+    """The ids of a by-ids (or delete) body; ``InvalidRequest`` naming the field when it is not
     ``{"ids": [str, ...]}``."""
     parsed: IdsBody = _parsed(body, IdsBody, '{"ids": ["APPEND_ID/INDEX", ...]}')
     return parsed.ids
@@ -76,3 +84,11 @@ def cleared_of(tree: Any) -> int:
         return ClearedOut.model_validate(tree).cleared
     except ValidationError as exc:
         raise InvalidRequest(str(invalid(exc, "clear_prefix answer"))) from None
+
+
+def deleted_of(tree: Any) -> int:
+    """The count of a delete-by-ids answer (``InvalidRequest`` when it is not one)."""
+    try:
+        return DeletedOut.model_validate(tree).deleted
+    except ValidationError as exc:
+        raise InvalidRequest(str(invalid(exc, "delete_messages answer"))) from None

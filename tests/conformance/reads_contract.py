@@ -52,6 +52,7 @@ from schemas import (
 )
 from tests.conformance.assets_contract import AssetsContract
 from tests.conformance.by_ids_contract import ByIdsContract, check_by_ids
+from tests.conformance.deletes_contract import DeletesContract
 from tests.conformance.facade_contract import Backend
 from tests.conformance.navigation_contract import NavigationContract, check_navigation, nav_queries
 from tests.conformance.runs_contract import RunsContract
@@ -319,7 +320,7 @@ def seqs(load: HistoryLoad[StoredMessage]) -> tuple[list[int], bool]:
     return [e.position.seq for e in load.messages], load.truncated
 
 
-class ReadsContract(NavigationContract, ByIdsContract, RunsContract, SlotsContract, AssetsContract):
+class ReadsContract(NavigationContract, ByIdsContract, RunsContract, SlotsContract, AssetsContract, DeletesContract):
     """Read projections (docs/design.md §5.2: ``read_within_bytes``, ``turn_sources``, ``measure``,
     ``window``, ``entries``) equal the reference model on every backend."""
 

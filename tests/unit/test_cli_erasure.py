@@ -105,7 +105,7 @@ def test_tail_without_a_key_store_keeps_plain_records_as_before(capsys: Capsys, 
 # --------------------------------------------------------------------------- log verify
 
 
-COUNTS = "records: 1 plain, 1 sealed, 1 erased, 1 clear, 0 run, 0 slot, 2 poison, 0 missing key"
+COUNTS = "records: 1 plain, 1 sealed, 1 erased, 1 clear, 0 run, 0 slot, 0 delete, 2 poison, 0 missing key"
 
 
 def test_log_verify_counts_plain_sealed_erased_and_poison_records(capsys: Capsys, data: Path) -> None:
@@ -160,7 +160,7 @@ def test_log_verify_of_a_data_dir_without_a_key_store(capsys: Capsys, data: Path
     shutil.rmtree(data / "keys")
     code, out, _ = run(capsys, "--data", str(data), "log", "verify")
     assert code == 0
-    assert "records: 1 plain, 3 sealed, 0 erased, 1 clear, 0 run, 0 slot, 1 poison" in out  # unopened: not told apart
+    assert "records: 1 plain, 3 sealed, 0 erased, 1 clear, 0 run, 0 slot, 0 delete, 1 poison" in out  # unopened: not told apart
     assert "no key store at" in out and not (data / "keys").exists()
 
 
