@@ -160,7 +160,8 @@ def test_log_verify_of_a_data_dir_without_a_key_store(capsys: Capsys, data: Path
     shutil.rmtree(data / "keys")
     code, out, _ = run(capsys, "--data", str(data), "log", "verify")
     assert code == 0
-    assert "records: 1 plain, 3 sealed, 0 erased, 1 clear, 0 run, 0 slot, 0 delete, 1 poison" in out  # unopened: not told apart
+    # unopened: not told apart
+    assert "records: 1 plain, 3 sealed, 0 erased, 1 clear, 0 run, 0 slot, 0 delete, 1 poison" in out
     assert "no key store at" in out and not (data / "keys").exists()
 
 
