@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from schemas.event_body import _long
 from schemas.event_rules import INT_MAX, INT_MIN, LONG_MAX, LONG_MIN
+from schemas.event_schemas import WRITERS
 from schemas.events import (
-    _WRITERS,
     HEADER_SIZE,
     AssetsLinked,
     BatchAppended,
@@ -38,7 +38,7 @@ from schemas.times import MAX_TIME_MS, MIN_TIME_MS
 def fastavro_frame(event: Event, prefix: bytes) -> bytes:
     """What ``encode_event`` wrote before its bodies were hand-written: fastavro's body over the
     writer schema named by ``prefix`` (the frame ``encode_event`` chose)."""
-    schema = _WRITERS[prefix[2:HEADER_SIZE]].schema
+    schema = WRITERS[prefix[2:HEADER_SIZE]].schema
     record: dict[str, Any] = {f["name"]: getattr(event, f["name"]) for f in schema["fields"]}
     sealed = record.get("sealed")
     if sealed is not None:
