@@ -18,7 +18,8 @@ writers, replay, clear latency), clears (appends to other conversations while cl
 same appends with none), bulk (``clear_prefix`` against a clear of each, reads by ids against a whole
 read and a filter), runs (``append(fence=...)`` against a plain append, interleaved rounds), assets
 (reads of messages with linked assets against the same reads without), deletes (``delete_messages`` of
-10 messages against a ``clear`` of the same size), and instructions (callgrind's
+10 messages against a ``clear`` of the same size), langgraph (graph steps/s on ``HistlogSaver`` against
+``InMemorySaver`` and ``SqliteSaver``), and instructions (callgrind's
 instructions per append and per replayed record).
 """
 
@@ -36,7 +37,7 @@ __all__ = ["NAMES", "run_all"]
 
 NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
          "forward", "cluster", "langchain", "sealed", "erasure", "clears", "instructions",
-         "postgres", "bulk", "runs", "assets", "deletes")
+         "postgres", "bulk", "runs", "assets", "deletes", "langgraph")
 
 
 def run_all(argv: list[str] | None = None) -> int:

@@ -45,6 +45,7 @@ from datetime import datetime
 from typing import ParamSpec, TypeVar
 
 from engine.arguments import Empty, check_clear_prefix, check_timeout
+from engine.checkpoints import AsyncCheckpoints
 from engine.facade import EngineStats, HistoryEngine
 from engine.reading import at_least_position
 from engine.writes import CLEAR_BATCH, Concluded, Submitted, Written, assets_of, count_of, fence_of, receipt_of, slot_of
@@ -123,11 +124,12 @@ def _conversation_of(batch: object) -> str:
     return str(batch.conversation_id) if isinstance(batch, Batch) else ""
 
 
-class AsyncHistoryEngine:
+class AsyncHistoryEngine(AsyncCheckpoints):
     """``HistoryEngine``'s methods as coroutines over one engine (which it does not own: close
     the engine yourself)."""
 
     __slots__ = ("engine",)
+    engine: HistoryEngine
 
     def __init__(self, engine: HistoryEngine) -> None:
         self.engine = engine

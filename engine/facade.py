@@ -31,6 +31,7 @@ from engine.arguments import (
     check_partitions,
     check_timeout,
 )
+from engine.checkpoints import EngineCheckpoints
 from engine.keys import KeyStore, master_key_from
 from engine.log.base import Log
 from engine.log.file import FsyncPolicy
@@ -102,7 +103,7 @@ class EngineStats:
     """Messages deleted (``delete_messages``), each once, visible or hidden then."""
 
 
-class HistoryEngine(EngineRuns):
+class HistoryEngine(EngineRuns, EngineCheckpoints):
     """One history store: a log (file or Kafka) and this instance's RocksDB projections.
 
     Thread-safe: many threads may append and read at once. Use ``HistoryEngine.open``.

@@ -22,6 +22,7 @@ from schemas.event_content import open_content
 from schemas.events import (
     AssetsLinked,
     BatchAppended,
+    Checkpointed,
     ConversationCleared,
     Event,
     MessagesDeleted,
@@ -135,7 +136,8 @@ def record_status(value: bytes, keys: KeyStore | None) -> tuple[RecordStatus, Ev
 
 
 def record_line(record: Record, keys: KeyStore | None = None) -> str:
-    """``PARTITION:OFFSET  TIME  append|replace|clear|run|slot|assets|poison  ...``: one log record, decoded.
+    """``PARTITION:OFFSET  TIME  append|replace|clear|run|slot|assets|delete|graph|poison  ...``: one
+    log record, decoded.
 
     A plain event shows its digest; a sealed one ``sealed KEYID…`` (the first 8 hex digits of its
     key id) and its sizes, never its content (``keys``: checked to open, see ``record_status``);
@@ -157,6 +159,8 @@ def record_line(record: Record, keys: KeyStore | None = None) -> str:
         n = len(event.message_ids)
         fence = f"  (fence {event.fence})" if event.fence is not None else ""
         return f"{head}  delete  {event.conversation_id}  {n} message id{'s' if n != 1 else ''}{fence}"
+    if isinstance(event, Checkpointed):  # its content is the graph's state: never shown
+        return f"{head}  graph   {event.conversation_id}  checkpoint {event.kind}  ({status})"
     if isinstance(event, AssetsLinked):  # its refs are content: never shown
         return f"{head}  assets  {event.conversation_id}  {event.message_id}  ({status})"
     if not isinstance(event, BatchAppended | TurnReplaced):

@@ -16,9 +16,17 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from engine.arguments import Empty, check_ids, check_message_id, check_timeout, expected_of
-from engine.deletes import deleted_count
 from engine.keys import KeyStore
 from engine.log.base import Log
+from engine.outcomes import (
+    checkpointed,
+    closed,
+    deleted_count,
+    fence_outcome,
+    link_conflict,
+    linked_outcome,
+    slot_outcome,
+)
 from engine.refusals import answer
 from engine.uuid7 import uuid7
 from projections.admission import Decision, Outcome, Own, Rows, conversation_row, fence_refusal, precheck
@@ -29,21 +37,19 @@ from projections.store import StateStore
 from schemas.assets import AssetRef, assets_json, check_assets
 from schemas.batch import Batch, Receipt
 from schemas.errors import (
-    AppendConflict,
     CommitUnconfirmed,
-    ConversationClosed,
     CorruptLog,
     InvalidBatch,
     KeyErased,
     LogUnavailable,
-    NotFound,
     StateUnavailable,
 )
-from schemas.event_content import seal_assets, seal_event
+from schemas.event_content import seal_assets, seal_checkpointed, seal_event
 from schemas.events import (
     REPLACE_REASONS,
     AssetsLinked,
     BatchAppended,
+    Checkpointed,
     ConversationCleared,
     MessagesDeleted,
     RunBegun,
@@ -56,7 +62,7 @@ from schemas.messages import starts_turn
 from schemas.positions import LogPosition
 from schemas.records import record_key
 from schemas.runs import Fence, check_fence
-from schemas.slots import TurnSlot, check_slot, slot_turn_id
+from schemas.slots import TurnSlot, check_slot
 from schemas.times import now_ms
 
 __all__ = [
@@ -94,10 +100,7 @@ class Written:
     batch: Batch | None  # None: a clear, a run's begin or a slot's allocation
     what: str  # the write, for the errors: "append 'a1' to 'c1'"
     then: str  # what the caller should do when the outcome is unknown
-    run: tuple[ConversationID, RunID] | None = None  # a run's begin: its conversation and run
-    slot: tuple[ConversationID, str] | None = None  # a slot's allocation: its conversation and slot id
-    link: tuple[ConversationID, str] | None = None  # a link of assets: its conversation and message id
-    deleting: ConversationID | None = None  # a delete of messages: its conversation
+    concluder: Callable[[Decision, LogPosition | None], Concluded] | None = None  # the outcome: a batch's otherwise
 
     def remaining(self) -> float:
         return max(self.deadline - time.monotonic(), 0.0)
@@ -146,16 +149,6 @@ def assets_of(outcome: Concluded) -> tuple[AssetRef, ...]:
     return outcome
 
 
-def _link_conflict(c: ConversationID, m: str, ordinal: int | None, reason: str = "") -> AppendConflict:
-    why = reason or f"message {m!r} already links another asset at ordinal {ordinal}"
-    return AppendConflict(f"cannot link assets in {str(c)!r}: {why}; link the new asset at a free ordinal",
-                          conversation_id=c)
-
-
-def closed(c: ConversationID) -> ConversationClosed:
-    """What a write to the cleared conversation ``c`` raises."""
-    return ConversationClosed(f"conversation {str(c)!r} is closed forever (it was cleared); start a new "
-                              "conversation id", conversation_id=c)
 
 
 def _on_loop() -> bool:
@@ -288,7 +281,8 @@ class Writes:
         event = RunBegun(c, run, _now_ms())
         return self._produce(record_key(c, run), encode_event(event), timeout, None,
                              f"begin of run {str(run)!r} of {str(c)!r}",
-                             "call begin_run again (it is safe: the same run keeps its epoch)", run=(c, run))
+                             "call begin_run again (it is safe: the same run keeps its epoch)",
+                             concluder=lambda decision, position: fence_outcome(c, run, decision, position))
 
     def submit_allocate_turn(self, conversation_id: str, timeout: float) -> Submitted:
         """``allocate_turn``'s write: a ``TurnAllocated`` of a new slot id to wait on (each call
@@ -300,7 +294,8 @@ class Writes:
         event = TurnAllocated(c, slot_id, _now_ms())
         return self._produce(record_key(c, slot_id), encode_event(event), timeout, None,
                              f"allocation of a turn slot of {str(c)!r}",
-                             "call allocate_turn again (an unused slot costs nothing)", slot=(c, slot_id))
+                             "call allocate_turn again (an unused slot costs nothing)",
+                             concluder=lambda decision, position: slot_outcome(c, slot_id, decision, position))
 
     def submit_delete_messages(self, conversation_id: str, message_ids: object, fence: Fence | None,
                                timeout: float) -> Submitted:
@@ -323,7 +318,26 @@ class Writes:
         event = MessagesDeleted(c, delete_id, named, epoch, _now_ms())
         return self._produce(record_key(c, delete_id), encode_event(event), timeout, None,
                              f"delete of {len(named)} message(s) of {str(c)!r}",
-                             "call delete_messages again (it is safe: a deleted message stays deleted)", deleting=c)
+                             "call delete_messages again (it is safe: a deleted message stays deleted)",
+                             concluder=lambda decision, position: deleted_count(c, decision, position))
+
+    def submit_checkpointed(self, conversation_id: str, kind: str, content: bytes, timeout: float) -> Submitted:
+        """A graph checkpoint change's write (``engine.checkpoints``): a ``Checkpointed`` of ``kind``
+        with ``content`` (checked by the caller), sealed under the thread's data key, to wait on."""
+        check_timeout(timeout)
+        c = ConversationID(conversation_id)
+        self._open_conversation(c)
+        record_id = f"ckp-{uuid7()}"
+        event = Checkpointed(c, record_id, kind, content, _now_ms())
+        if self._keys is not None and kind != "prune":  # a prune carries a strategy and run ids: no content
+            try:
+                event = seal_checkpointed(event, self._keys.create(c))
+            except KeyErased:
+                raise closed(c) from None
+        return self._produce(record_key(c, record_id), encode_event(event), timeout, None,
+                             f"checkpoint {kind} of thread {str(c)!r}",
+                             "call it again (it is safe: the same change again changes nothing)",
+                             concluder=lambda decision, position: checkpointed(c, decision, position))
 
     def submit_link_assets(self, conversation_id: str, message_id: str, refs: object, timeout: float) -> Submitted:
         """``link_assets``' write: the message's assets at once when this state has every ref
@@ -339,7 +353,7 @@ class Writes:
             by_ordinal = {a.ordinal: a for a in linked}
             for ref in checked:
                 if by_ordinal.get(ref.ordinal, ref) != ref:
-                    raise _link_conflict(c, m, ref.ordinal)
+                    raise link_conflict(c, m, ref.ordinal)
             if all(ref.ordinal in by_ordinal for ref in checked):
                 return linked
         event = AssetsLinked(c, m, assets_json(checked), _now_ms())
@@ -350,7 +364,9 @@ class Writes:
                 raise closed(c) from None
         return self._produce(record_key(c, m), encode_event(event), timeout, None,
                              f"link of assets to {m!r} of {str(c)!r}",
-                             "call link_assets again (it is safe: linked refs are kept once)", link=(c, m))
+                             "call link_assets again (it is safe: linked refs are kept once)",
+                             concluder=lambda decision, position: linked_outcome(self._reads, c, m, decision,
+                                                                                 position))
 
     def clear_many(self, ids: Sequence[str], timeout: float) -> None:
         """Clear ``ids`` (``HistoryEngine.clear_prefix``), ``CLEAR_BATCH`` at a time: each batch's
@@ -391,9 +407,8 @@ class Writes:
         return keys is not None and not keys.known(conversation_id)
 
     def _produce(self, key: bytes, value: bytes, timeout: float, own: Own | None, what: str,
-                 then: str, *, lead: bool = True, run: tuple[ConversationID, RunID] | None = None,
-                 slot: tuple[ConversationID, str] | None = None,
-                 link: tuple[ConversationID, str] | None = None, deleting: ConversationID | None = None) -> Written:
+                 then: str, *, lead: bool = True,
+                 concluder: Callable[[Decision, LogPosition | None], Concluded] | None = None) -> Written:
         """Take the ticket, then produce the record and let the ticket follow it (its position,
         its write's failure): the ticket is released here if the produce raises, else by
         whoever waits on the returned ``Written``. ``own`` (a batch's events, None for a clear)
@@ -407,8 +422,7 @@ class Writes:
         except BaseException:
             ticket.release()
             raise
-        return Written(ticket, produced.partition, deadline, timeout, own.batch if own else None, what, then, run,
-                       slot, link, deleting)
+        return Written(ticket, produced.partition, deadline, timeout, own.batch if own else None, what, then, concluder)
 
     def submitter(self) -> Executor:
         """The bounded pool that runs an event loop's submits (``engine.aio``) when the log's
@@ -455,55 +469,14 @@ class Writes:
                                      f"{written.timeout}s; its outcome is unknown: {then}")
             raise CommitUnconfirmed(f"{what} was written {where} but not decided within {written.timeout}s; "
                                     f"{then}")
-        if written.run is not None:
-            c, run = written.run
-            if decision.outcome in (Outcome.BEGUN, Outcome.DUPLICATE):
-                return Fence(c, run, decision.epoch)
-            if decision.outcome is Outcome.REJECTED_CLOSED:
-                raise closed(c)
-            raise CorruptLog(f"the event written at {written.position} was not accepted ({decision.reason}); "
-                             "run `histlog stats` and `histlog log verify`, then call begin_run again",
-                             reason=decision.reason, position=written.position)
-        if written.slot is not None:
-            c, slot_id = written.slot
-            if decision.outcome in (Outcome.ALLOCATED, Outcome.DUPLICATE):
-                return TurnSlot(c, slot_turn_id(slot_id), decision.position)
-            if decision.outcome is Outcome.REJECTED_CLOSED:
-                raise closed(c)
-            raise CorruptLog(f"the event written at {written.position} was not accepted ({decision.reason}); "
-                             "run `histlog stats` and `histlog log verify`, then call allocate_turn again",
-                             reason=decision.reason, position=written.position)
-        if written.link is not None:
-            return self._linked(written, decision)
-        if written.deleting is not None:
-            return deleted_count(written.deleting, decision, written.position)
+        if written.concluder is not None:
+            return written.concluder(decision, written.position)
         if written.batch is None:
             if decision.reason:  # a clear whose erasure did not complete
                 raise StateUnavailable(f"{what} closed the conversation, but erasing its content did not complete "
                                        f"({decision.reason}); call clear again to complete it")
             return None
         return self._answer(written.batch, decision, written.position)
-
-    def _linked(self, written: Written, decision: Decision) -> tuple[AssetRef, ...]:
-        """A link's outcome: the message's assets, or why it was refused."""
-        assert written.link is not None  # Invariant: asked of links only.
-        c, m = written.link
-        outcome = decision.outcome
-        if outcome in (Outcome.LINKED, Outcome.DUPLICATE):
-            linked = self._reads.message_assets(c, m)
-            if linked is not None:
-                return linked
-            outcome = Outcome.UNKNOWN_MESSAGE  # its turn was replaced since: what a new link would meet
-        if outcome is Outcome.CONFLICT:
-            raise _link_conflict(c, m, None, decision.reason)
-        if outcome is Outcome.UNKNOWN_MESSAGE:
-            raise NotFound(f"cannot link assets in {str(c)!r}: {decision.reason or f'{m!r} is not visible'}; "
-                           "assets link to visible messages (read entries() for their ids)")
-        if outcome in (Outcome.REJECTED_CLOSED, Outcome.ERASED):
-            raise closed(c)
-        raise CorruptLog(f"the event written at {written.position} was not accepted ({decision.reason}); "
-                         "run `histlog stats` and `histlog log verify`, then call link_assets again",
-                         reason=decision.reason, position=written.position)
 
     def _answer(self, batch: Batch, decision: Decision, position: LogPosition | None) -> Receipt:
         receipt = answer(batch, decision)  # raises the refusals

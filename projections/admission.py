@@ -39,7 +39,8 @@ consumes the same log reaches the same decisions:
   leaves every read and the state (``projections.deletes``); ``count`` says how many were visible.
 
 The batch and replacement rules (closed, duplicate, conflict, precondition, replaceable) are
-written once, in ``precheck``: the projector applies them in log order, and a writer's fast path
+written once, in ``precheck`` (``projections.prechecks``; the decisions' vocabulary is
+``projections.decisions``): the projector applies them in log order, and a writer's fast path
 applies them to its local state, where they answer only what no later record can change.
 
 Whether a record is poison is decided from its key and value alone, before any state is read,
@@ -50,24 +51,27 @@ decoded, opened and parsed for every record except the bytes this process wrote 
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 
-from projections import assets, deletes, full, keys, runs, slots
+from projections import assets, checkpoints, deletes, full, keys, runs, slots
+from projections.decisions import Decision, Outcome
 from projections.erasure import DataKeys, open_content
 from projections.events import BatchEvent, ClearEvent, ProjectedEvent, TurnReplacedEvent
 from projections.events import MessagesDeleted as DeletedEvent
 from projections.full import Rows
-from projections.rows import ConversationRow, ReceiptRow, SourceRow, Stats
+from projections.prechecks import conversation_row, fence_refusal, precheck
+from projections.rows import ConversationRow, ReceiptRow, Stats
 from projections.store import Tx
 from schemas.assets import AssetRef
-from schemas.batch import Batch, Receipt
+from schemas.batch import Batch
+from schemas.checkpoints import PruneContent, PutContent, WritesContent
 from schemas.errors import CorruptLog, KeyErased
 from schemas.event_content import event_batch
-from schemas.event_rules import InvalidField, linked_refs
+from schemas.event_rules import InvalidField, checkpointed_content, linked_refs
 from schemas.events import (
     AssetsLinked,
     BatchAppended,
+    Checkpointed,
     ConversationCleared,
     MessagesDeleted,
     RunBegun,
@@ -75,61 +79,13 @@ from schemas.events import (
     TurnReplaced,
     decode_event,
 )
-from schemas.ids import AppendID, ConversationID, MessageID
+from schemas.ids import ConversationID
 from schemas.positions import LogPosition
 from schemas.records import record_key_bytes
 from schemas.sealed import DataKey
 from schemas.times import time_of
 
 __all__ = ["Decision", "Known", "Outcome", "Own", "Rows", "admit", "conversation_row", "fence_refusal", "precheck"]
-
-
-class Outcome(enum.StrEnum):
-    ACCEPTED = "accepted"
-    DUPLICATE = "duplicate"
-    CONFLICT = "conflict"
-    REJECTED_CLOSED = "rejected_closed"
-    CORRUPT = "corrupt"
-    CLEARED = "cleared"
-    PRECONDITION_FAILED = "precondition_failed"
-    NOT_REPLACEABLE = "not_replaceable"
-    ERASED = "erased"
-    FENCED = "fenced"
-    BEGUN = "begun"
-    ALLOCATED = "allocated"
-    SLOT_UNAVAILABLE = "slot_unavailable"
-    LINKED = "linked"
-    UNKNOWN_MESSAGE = "unknown_message"
-    DELETED = "deleted"
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What admission decided for one log position.
-
-    ``receipt_position`` is where the accepted event of that append id is: this record's own
-    position when accepted, the original one for a duplicate. ``digest`` is the accepted
-    digest (for a conflict: the one the append id already names). ``epoch``: a run's (begun,
-    or a duplicate ``RunBegun``), or the conversation's latest (fenced); ``position``: a turn
-    slot's (allocated, or a duplicate ``TurnAllocated``); ``count``: how many of a delete's
-    messages were visible, ``removed`` how many it removed (hidden ones too).
-    """
-
-    outcome: Outcome
-    digest: str = ""
-    receipt_position: LogPosition | None = None
-    reason: str = ""  # corrupt, precondition_failed, not_replaceable, fenced, slot_unavailable: why
-    epoch: int = 0
-    position: int = 0
-    count: int = 0
-    removed: int = 0
-
-    def receipt(self, conversation_id: ConversationID, append_id: AppendID) -> Receipt:
-        """The receipt this decision proves (accepted or duplicate decisions only)."""
-        assert self.receipt_position is not None  # Invariant: only accepted/duplicate carry one.
-        # Invariant: the ids are the batch's (typed), the digest one admission checked, computed or stored.
-        assert type(conversation_id) is ConversationID and type(append_id) is AppendID, (conversation_id, append_id)
-        return Receipt.of_valid(conversation_id, append_id, self.digest, self.receipt_position)
 
 
 def _corrupt(reason: str) -> tuple[Decision, None]:
@@ -207,6 +163,13 @@ def _admit(tx: Tx, stats: Stats, position: LogPosition, key: bytes, value: bytes
         elif isinstance(event, MessagesDeleted):
             batch = None
             append_id = event.delete_id.encode("utf-8")
+        elif isinstance(event, Checkpointed):
+            batch = None
+            append_id = event.record_id.encode("utf-8")
+            if event.sealed is not None:
+                content = open_content(event, keys_)  # DecryptionFailed or KeyErased
+                opened = event.sealed.key_id
+            change = content_of(event.kind, event.content if content is None else content)
         elif isinstance(event, AssetsLinked):
             batch = None
             append_id = event.message_id.encode("utf-8")
@@ -225,7 +188,8 @@ def _admit(tx: Tx, stats: Stats, position: LogPosition, key: bytes, value: bytes
             append_id = event.append_id.encode("utf-8")
     except CorruptLog as e:
         if opened:  # opened, then refused by event_batch: its key was used all the same
-            assert isinstance(event, BatchAppended | TurnReplaced | AssetsLinked)  # Invariant: only these open.
+            # Invariant: only these open.
+            assert isinstance(event, BatchAppended | TurnReplaced | AssetsLinked | Checkpointed)
             conv = event.conversation_id.encode("utf-8")
             if key == record_key_bytes(conv, _bound_id(event)):
                 _note_key(tx, conv, opened, None)  # rare: written without reading the row
@@ -234,7 +198,8 @@ def _admit(tx: Tx, stats: Stats, position: LogPosition, key: bytes, value: bytes
         # Its conversation was cleared (every key of it is destroyed only after the clear is in the
         # log): the content is gone on purpose and the record has no effect; a writer still
         # waiting for it is told the conversation is closed.
-        assert isinstance(event, BatchAppended | TurnReplaced | AssetsLinked)  # Invariant: only sealed content.
+        # Invariant: only sealed content.
+        assert isinstance(event, BatchAppended | TurnReplaced | AssetsLinked | Checkpointed)
         assert event.sealed is not None and keys_ is not None  # Invariant: open_content raised it.
         if key != record_key_bytes(event.conversation_id.encode("utf-8"), _bound_id(event)):
             return _corrupt("record key does not match the event")
@@ -255,6 +220,7 @@ def _admit(tx: Tx, stats: Stats, position: LogPosition, key: bytes, value: bytes
         if row is not None and row.closed:
             return Decision(Outcome.DUPLICATE), None
         had_runs = runs.latest_epoch(tx, conv) > 0  # read before the clear drops the F rows
+        checkpoints.clear_runs(tx, conv, position.partition)  # read before the clear drops the Y rows
         full.clear(tx, conv)  # leaves the K rows: projections.erasure.destroy_keys reads them
         tx.delete(keys.open_key(conv))
         tx.put(keys.conv_key(conv), ConversationRow(closed=True).encode())
@@ -281,6 +247,16 @@ def _admit(tx: Tx, stats: Stats, position: LogPosition, key: bytes, value: bytes
 
     if isinstance(event, MessagesDeleted):
         return _delete(tx, stats, position, conv, row, event, want_event)
+
+    if isinstance(event, Checkpointed):
+        if row is not None and row.closed:
+            return Decision(Outcome.REJECTED_CLOSED), None
+        if row is None or (opened and row.last_key != opened):  # a thread's first record makes its row
+            row = ConversationRow() if row is None else row
+            row.last_key = opened or row.last_key  # its K row was just noted
+            tx.put(keys.conv_key(conv), row.encode())
+        checkpoints.apply(tx, conv, position.partition, change)
+        return Decision(Outcome.CHECKPOINTED), None
 
     if isinstance(event, TurnAllocated):
         if row is not None and row.closed:
@@ -362,9 +338,20 @@ _LINK_OUTCOMES = {"linked": Outcome.LINKED, "duplicate": Outcome.DUPLICATE, "con
                   "unknown_message": Outcome.UNKNOWN_MESSAGE}
 
 
-def _bound_id(event: BatchAppended | TurnReplaced | AssetsLinked) -> bytes:
-    """The second part of the record key of a sealed event (an append id, or a link's message id)."""
+def _bound_id(event: BatchAppended | TurnReplaced | AssetsLinked | Checkpointed) -> bytes:
+    """The second part of the record key of a sealed event (an append id, a link's message id, a
+    checkpoint change's record id)."""
+    if isinstance(event, Checkpointed):
+        return event.record_id.encode("utf-8")
     return (event.message_id if isinstance(event, AssetsLinked) else event.append_id).encode("utf-8")
+
+
+def content_of(kind: str, data: bytes) -> PutContent | WritesContent | PruneContent:
+    """``schemas.event_rules.checkpointed_content`` as a ``CorruptLog`` (poison) when it is not valid."""
+    try:
+        return checkpointed_content(kind, data)
+    except InvalidField as e:
+        raise CorruptLog(f"undecodable event value (invalid {e})", reason=f"invalid {e}"[:300]) from None
 
 
 def linked_refs_of(data: bytes) -> tuple[AssetRef, ...]:
@@ -390,93 +377,3 @@ def _same_key(keys_: DataKeys | None, event: BatchAppended | TurnReplaced, key: 
     """Whether the key store gives ``key`` for the sealed ``event`` (``KeyErased`` once destroyed)."""
     assert event.sealed is not None  # Invariant: asked of sealed events only.
     return keys_ is not None and key is not None and keys_.get(event.conversation_id, event.sealed.key_id) == key
-
-
-def conversation_row(rows: Rows, conversation_id: str) -> ConversationRow | None:
-    """The conversation's summary row, or None before its first accepted append or clear."""
-    raw = rows.get(keys.conv_key(conversation_id.encode("utf-8")))
-    return ConversationRow.decode(raw) if raw is not None else None
-
-
-def precheck(rows: Rows, row: ConversationRow | None, event: BatchAppended | TurnReplaced, batch: Batch, *,
-             in_log_order: bool) -> Decision | None:
-    """Admission's rules for a batch or a replacement (closed, duplicate, conflict, precondition,
-    replaceable), the one home of each, without effects: the refusal or duplicate ``Decision``,
-    or None.
-
-    ``row`` is the conversation's row as read from ``rows`` (``conversation_row``). With
-    ``in_log_order=True`` (the projector) ``rows`` is the state just before this record in log
-    order, so every rule decides and None means *accept*. With ``in_log_order=False`` (a writer's
-    fast path) ``rows`` is some earlier prefix of the log: a rule answers only when no later
-    record can change its answer (a closure and a receipt are permanent; an append that is
-    known and not the last can never be the last again; turns only move forward), and None means
-    *undecided: the event must go through the log*.
-    """
-    if row is not None and row.closed:
-        return Decision(Outcome.REJECTED_CLOSED)
-    conv = batch.conversation_id.encode("utf-8")
-    raw_receipt = rows.get(keys.receipt_key(conv, batch.append_id.encode("utf-8"))) if row is not None else None
-    if raw_receipt is not None:
-        prior = ReceiptRow.decode(raw_receipt)
-        if prior.digest == batch.digest:  # the content's digest: a sealed event's is in memory only
-            return Decision(Outcome.DUPLICATE, prior.digest, LogPosition(prior.partition, prior.offset))
-        return Decision(Outcome.CONFLICT, prior.digest)
-    refused = fence_refusal(rows, conv, event.fence, in_log_order=in_log_order)
-    if refused is not None:
-        return refused
-    if isinstance(event, BatchAppended) and event.turn_id is not None and event.turn_position is not None:
-        why = slots.refusal(rows, conv, row, event.turn_id, event.turn_position, batch, in_log_order=in_log_order)
-        if why:
-            return Decision(Outcome.SLOT_UNAVAILABLE, reason=why)
-    if isinstance(event, TurnReplaced):
-        reason = _not_replaceable(rows, conv, row, event, batch, in_log_order)
-        return Decision(Outcome.NOT_REPLACEABLE, reason=reason) if reason else None
-    expected = event.expected_last
-    last = row.last_append if row is not None else ""
-    if expected is None or expected == last:
-        return None
-    if not in_log_order and (row is None or (expected and not _known(rows, conv, expected))):
-        return None  # the expected append may still become the last one
-    wanted = repr(str(expected)) if expected else "no append yet"  # str: the decoded id is an AppendID
-    found = repr(str(last)) if last else "none"
-    return Decision(Outcome.PRECONDITION_FAILED, reason=f"expected last append {wanted}, found {found}")
-
-
-def fence_refusal(rows: Rows, conv: bytes, fence: int | None, *, in_log_order: bool) -> Decision | None:
-    """The **fenced** decision of a write with ``fence`` (``runs.fenced``), or None (no fence, or
-    not refused: out of log order, not refused *yet*)."""
-    if fence is None:
-        return None
-    latest, refused = runs.fenced(rows, conv, fence, in_log_order=in_log_order)
-    if not refused:
-        return None
-    why = (f"fence {fence} is older than the conversation's latest run (epoch {latest})"
-           if fence < latest else f"no run of epoch {fence} has begun (the latest is {latest})")
-    return Decision(Outcome.FENCED, reason=why, epoch=latest)
-
-
-def _known(rows: Rows, conv: bytes, append_id: str) -> bool:
-    return rows.get(keys.receipt_key(conv, append_id.encode("utf-8"))) is not None
-
-
-def _not_replaceable(rows: Rows, conv: bytes, row: ConversationRow | None, event: TurnReplaced, batch: Batch,
-                     in_log_order: bool) -> str:
-    """Why ``event`` may not replace its turn ("" when it may, or, out of log order, when that is
-    not decided yet)."""
-    latest = full.latest_turn(rows, conv, row) if row is not None else None
-    if latest is None:
-        if not in_log_order:
-            return ""
-        return f"turn {event.old_turn_id!r} is not the latest visible turn (the conversation has no turn)"
-    latest_id, first_ord = latest
-    if latest_id != event.old_turn_id:
-        old_append = MessageID.parse(event.old_turn_id).append_id  # valid: checked with the event
-        if not in_log_order and not _known(rows, conv, old_append):
-            return ""  # an unknown turn may still become the latest one
-        return f"turn {event.old_turn_id!r} is not the latest visible turn ({latest_id!r} is)"
-    if in_log_order and event.reason == "retry":
-        source = rows.get(keys.source_key(conv, first_ord))
-        assert source is not None  # Invariant: visible messages have their N row.
-        if SourceRow.decode(source)[6] != batch.messages[0].content_json():
-            return "a retry keeps the user message; its content differs from the old turn's (use reason 'edit')"
-    return ""

@@ -16,7 +16,7 @@ under the conversation's data key, so the clear's erasure destroys them there to
 
 from __future__ import annotations
 
-from projections import deletes, keys
+from projections import deletes, feature_keys, keys
 from projections.full import Rows
 from projections.rows import FLAG_ASSETS, ConversationRow, MessageRow, ReceiptRow
 from projections.store import Snapshot, Tx
@@ -58,7 +58,7 @@ def link(tx: Tx, conv: bytes, summary: ConversationRow | None, message_id: str,
     if isinstance(found, str):
         return "unknown_message", found
     seq, ord_, row = found
-    key = keys.assets_key(conv, seq)
+    key = feature_keys.assets_key(conv, seq)
     raw = tx.get(key)
     linked = {a.ordinal: a for a in trusted_assets(raw)} if raw is not None else {}
     for ref in refs:
@@ -77,5 +77,5 @@ def link(tx: Tx, conv: bytes, summary: ConversationRow | None, message_id: str,
 def assets_of(rows: Snapshot, conv: bytes, seq: int) -> tuple[AssetRef, ...]:
     """Message ``seq``'s assets in ordinal order (one point read; call it between scans, never
     inside one: a snapshot has one iterator)."""
-    raw = rows.get(keys.assets_key(conv, seq))
+    raw = rows.get(feature_keys.assets_key(conv, seq))
     return trusted_assets(raw) if raw is not None else ()

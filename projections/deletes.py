@@ -28,7 +28,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 
-from projections import keys
+from projections import feature_keys, keys
 from projections.full import Rows, external_of_row, turn_id
 from projections.rows import AggregateRow, ConversationRow, MessageRow, ReceiptRow
 from projections.store import Tx
@@ -41,8 +41,8 @@ _SYSTEM = keys.ROLE_CODES["system"]
 
 def deleted_before(rows: Rows, conv: bytes, append_id: bytes) -> tuple[int, ...]:
     """The deleted indexes of the batch of ``append_id``, ascending (its ``D`` row; () without one)."""
-    raw = rows.get(keys.deleted_key(conv, append_id))
-    return keys.read_deleted_value(raw) if raw is not None else ()
+    raw = rows.get(feature_keys.deleted_key(conv, append_id))
+    return feature_keys.read_deleted_value(raw) if raw is not None else ()
 
 
 def ordinal_of(rows: Rows, conv: bytes, row: ConversationRow, append_id: bytes, receipt: ReceiptRow,
@@ -104,7 +104,7 @@ def _drop_hidden(tx: Tx, conv: bytes, hidden: dict[int, MessageID]) -> list[Mess
         seq = keys.read_hidden_seq(key)
         if seq in hidden:
             tx.delete(key)
-            tx.delete(keys.assets_key(conv, seq))
+            tx.delete(feature_keys.assets_key(conv, seq))
             removed.append(hidden[seq])
     return removed
 
@@ -117,7 +117,7 @@ def _note_deleted(tx: Tx, conv: bytes, ids: list[MessageID]) -> None:
     for append_id, indexes in by_append.items():
         a = append_id.encode("utf-8")
         merged = sorted({*deleted_before(tx, conv, a), *indexes})
-        tx.put(keys.deleted_key(conv, a), keys.deleted_value(merged))
+        tx.put(feature_keys.deleted_key(conv, a), feature_keys.deleted_value(merged))
 
 
 def _rewrite_tail(tx: Tx, conv: bytes, row: ConversationRow, start: int, visible: dict[int, MessageID]) -> None:
@@ -165,7 +165,7 @@ def _rewrite_tail(tx: Tx, conv: bytes, row: ConversationRow, start: int, visible
         if head.role == _SYSTEM:
             tx.delete(keys.system_key(conv, old))
         if gone:
-            tx.delete(keys.assets_key(conv, head.seq))
+            tx.delete(feature_keys.assets_key(conv, head.seq))
             continue
         if head.turn != new_turn:  # the first visible message of its turn now
             distinct += 1

@@ -103,10 +103,10 @@ def finish(store: StateStore, convs: Sequence[bytes], used: Mapping[bytes, Seque
     # Only a conversation that had rows has files to clean (its E row says so): a replay that meets
     # a clear after its records were erased (their keys destroyed) compacts nothing.
     dirty = [conv for conv, mark in marks.items() if mark == keys.ERASE_COMPACT]
-    # ``deleted``: open conversations whose messages were deleted (``projections.deletes``): their
-    # rows' files are compacted the same way, and nothing else of them changes.
+    # ``deleted``: open conversations whose messages were deleted (``projections.deletes``): the
+    # files of their rows that hold content are compacted the same way, nothing else of them changes.
     ranges = [*(r for conv in dirty for r in keys.erasure_ranges(conv)),
-              *(r for conv in deleted for r in keys.conversation_ranges(conv))]
+              *(r for conv in deleted for r in keys.content_ranges(conv))]
     if ranges:
         store.compact(list(dict.fromkeys([*ranges, *extra])))
     done = [conv for conv, mark in marks.items() if mark is not None or used.get(conv)]

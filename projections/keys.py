@@ -1,7 +1,8 @@
 """The one place that knows the RocksDB key layout of histlog's state: every keyspace, the
 navigation indexes included (the row values' formats, named in the table, are ``projections.rows``).
-About 550 lines on purpose: one home for every key byte (every keyspace, runs, slots and assets
-included), so no other module spells one.
+One home for every key byte: every prefix and the table of every keyspace are here, with the
+history's key builders; the builders of the features' keyspaces (runs, slots, assets, deletes,
+graph checkpoints) are ``projections.feature_keys``, over these prefixes. No other module spells one.
 
 All integers are fixed-width big-endian so byte order is numeric order. IDs cannot contain
 control characters, so ``0x1F`` after a conversation id ends it unambiguously and
@@ -34,6 +35,15 @@ key                    meaning                                         value
                        (``AssetsLinked``)                              ordinal
 ``D`` conv 1F append   the deleted messages of that append's batch     their indexes (u32 each, ascending)
                        (``MessagesDeleted``)
+``Y`` conv 1F ns 1F    a graph checkpoint of the thread (``Checkpointed`` ``projections.checkpoints``' rows
+      checkpoint         put; LangGraph persistence)
+``Z`` conv 1F ns 1F    a channel's value at a version (a checkpoint's  its serde type and bytes
+      channel 1F version blob)
+``V`` conv 1F ns 1F    a task's pending write to a checkpoint          its task path, channel, type, bytes
+      checkpoint 1F task
+      1F index (u32, +2³¹)
+``B`` part run 1F conv a checkpoint written by run ``run`` (its       empty
+      1F ns 1F checkpoint metadata ``run_id``): ``delete_for_runs``
 ``E`` conv             a cleared conversation whose erasure has not    ``b""``: its files may hold content
                        completed (``projections.erasure``: keys to     (compact them); ``b"k"``: it had no
                        destroy, files to compact)                      rows, only keys to destroy
@@ -66,7 +76,8 @@ partition in their key, and every conversation-scoped row belongs to the partiti
 conversation (``schemas.records.partition_for_key``, as the log), so no read key changes.
 
 Every prefix is a constant below and every key is built, split and ranged by a function here
-(``conv_range``, ``prefix_end``, ``custom_keyspace`` ...): no other module spells a key byte.
+or in ``projections.feature_keys`` (``conv_range``, ``prefix_end``, ``custom_keyspace`` ...): no
+other module spells a key byte.
 ``STATE_FORMAT`` versions this layout together with the admission rules that fill it.
 
 Every fixed-width field holds whatever admission accepts, because ``schemas.events`` lets through
@@ -97,6 +108,10 @@ __all__ = [
     "EVIDENCE_FORMATS",
     "EXTERNAL",
     "FORMAT_KEY",
+    "GRAPH_BLOB",
+    "GRAPH_CHECKPOINT",
+    "GRAPH_RUN",
+    "GRAPH_WRITE",
     "HIDDEN",
     "IDENTITY_KEY",
     "KEY_ID",
@@ -117,17 +132,15 @@ __all__ = [
     "TIME",
     "TURN",
     "aggregate_key",
-    "assets_key",
     "checkpoint_key",
     "checkpoint_range",
+    "content_ranges",
     "conv_key",
     "conv_range",
     "conversation_ranges",
     "conversations_range",
     "custom_keyspace",
     "custom_partition_keyspace",
-    "deleted_key",
-    "deleted_value",
     "erasing_key",
     "erasing_range",
     "erasure_ranges",
@@ -148,7 +161,6 @@ __all__ = [
     "prefix_end",
     "read_checkpoint_key",
     "read_conv_key",
-    "read_deleted_value",
     "read_erasing_key",
     "read_hidden_seq",
     "read_key_id_key",
@@ -156,19 +168,10 @@ __all__ = [
     "read_open_key",
     "read_poison_key",
     "read_receipt_key",
-    "read_slot_value",
     "read_time_key",
     "read_turn_id",
     "read_turn_value",
     "receipt_key",
-    "run_epoch_key",
-    "run_key",
-    "run_request_key",
-    "run_requests_range",
-    "run_turn_key",
-    "run_writes_range",
-    "slot_key",
-    "slot_value",
     "source_key",
     "system_key",
     "time_key",
@@ -176,14 +179,15 @@ __all__ = [
     "turn_value",
 ]
 
-EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8", b"9", b"10", b"11", b"12", b"13"})
+EVIDENCE_FORMATS = frozenset({b"5", b"6", b"7", b"8", b"9", b"10", b"11", b"12", b"13", b"14"})
 """The layouts whose ``core`` checkpoint rows begin with the next offset to apply (a u64): their
 checkpoints are evidence of acknowledged records (``engine/state.py``) even when the layout is
 older than ``STATE_FORMAT`` and is about to be rebuilt. Add each new layout that keeps that."""
 
-STATE_FORMAT = b"13"
+STATE_FORMAT = b"14"
 """Version of this layout and of the admission rules that filled it (``m format``); a state of another
-version is rebuilt. 13: message deletes (``MessagesDeleted``, the ``D`` rows, ``ConversationRow.deleted``
+version is rebuilt. 14: graph checkpoints (``Checkpointed``, the ``Y``, ``Z``, ``V`` and ``B`` rows).
+13: message deletes (``MessagesDeleted``, the ``D`` rows, ``ConversationRow.deleted``
 and the ``deleted`` counter; a turn whose first message was deleted keeps its id in its ``T`` row).
 12: assets (``AssetsLinked``, the ``G`` rows, ``FLAG_ASSETS`` in a message row).
 11: turn slots (``TurnAllocated``, the ``L`` rows, ``ConversationRow.allotted``,
@@ -229,11 +233,13 @@ RUN_WRITES = b"J"
 SLOT = b"L"
 ASSET = b"G"
 DELETED = b"D"
-_RUN_TURN = b"t"
-_RUN_REQUEST = b"u"
+GRAPH_CHECKPOINT = b"Y"
+GRAPH_BLOB = b"Z"
+GRAPH_WRITE = b"V"
+GRAPH_RUN = b"B"
 
 CONVERSATION_SCOPED = (MESSAGE, SOURCE, AGGREGATE, SYSTEM, TURN, HIDDEN, RECEIPT, TIME, EXTERNAL, RUN, RUN_WRITES,
-                       SLOT, ASSET, DELETED)
+                       SLOT, ASSET, DELETED, GRAPH_CHECKPOINT, GRAPH_BLOB, GRAPH_WRITE)
 """Every keyspace under ``prefix conv 1F``: what a clear drops (the ``C`` row keeps the closure)."""
 
 ROLE_CODES = {"system": 0, "user": 1, "assistant": 2, "tool": 3}
@@ -326,19 +332,6 @@ def read_hidden_seq(key: bytes) -> int:
     return int(_U64.unpack_from(key, len(key) - 8)[0])
 
 
-def deleted_key(conv: bytes, append_id: bytes) -> bytes:
-    return DELETED + conv + SEP + append_id
-
-
-def deleted_value(indexes: list[int]) -> bytes:
-    """A ``D`` row: the deleted indexes of one batch, ascending."""
-    return struct.pack(f">{len(indexes)}I", *indexes)
-
-
-def read_deleted_value(b: bytes) -> tuple[int, ...]:
-    return struct.unpack(f">{len(b) // 4}I", b)
-
-
 _TURN = struct.Struct(">QQ")
 
 
@@ -357,24 +350,6 @@ def read_turn_value(b: bytes) -> tuple[int, int]:
 def read_turn_id(b: bytes) -> str | None:
     """A slotted turn's id from its ``T`` row; None for a turn of no slot."""
     return b[_TURN.size:].decode("utf-8") if len(b) > _TURN.size else None
-
-
-def assets_key(conv: bytes, seq: int) -> bytes:
-    """Keyed by the message's seq: stable, so a hidden message keeps its assets."""
-    return ASSET + conv + SEP + _U64.pack(seq)
-
-
-def slot_key(conv: bytes, slot_id: bytes) -> bytes:
-    return SLOT + conv + SEP + slot_id
-
-
-def slot_value(position: int, used: bool) -> bytes:
-    return _U64.pack(position) + (b"\x01" if used else b"\x00")
-
-
-def read_slot_value(b: bytes) -> tuple[int, bool]:
-    """``(position, used)`` of an ``L`` row."""
-    return int(_U64.unpack_from(b)[0]), b[_U64.size:] == b"\x01"
 
 
 def turn_key(conv: bytes, turn: int) -> bytes:
@@ -463,39 +438,6 @@ def read_key_id_key(key: bytes) -> tuple[bytes, str]:
     return conv, key_id.decode("ascii")
 
 
-def run_key(conv: bytes, run_id: bytes) -> bytes:
-    """A run's epoch; ``run_id`` ``b""``: the conversation's latest epoch (run ids are never empty)."""
-    return RUN + conv + SEP + run_id
-
-
-def run_epoch_key(conv: bytes, epoch: int) -> bytes:
-    """The run that has epoch ``epoch`` (``00`` after the separator: no run id holds a control
-    character, so no run's key is one of these)."""
-    return RUN + conv + SEP + b"\x00" + _U64.pack(epoch)
-
-
-def run_turn_key(conv: bytes, run_id: bytes, turn_id: bytes) -> bytes:
-    """The run wrote a message (visible or hidden since) in turn ``turn_id``."""
-    return RUN_WRITES + conv + SEP + run_id + SEP + _RUN_TURN + turn_id
-
-
-def run_request_key(conv: bytes, run_id: bytes, seq: int) -> bytes:
-    """The run wrote the user message of seq ``seq`` (its id is the value)."""
-    return RUN_WRITES + conv + SEP + run_id + SEP + _RUN_REQUEST + _U64.pack(seq)
-
-
-def run_writes_range(conv: bytes, run_id: bytes) -> tuple[bytes, bytes]:
-    """``[lower, upper)`` of every ``J`` row of one run: empty when it wrote nothing."""
-    lower = RUN_WRITES + conv + SEP + run_id + SEP
-    return lower, prefix_end(lower)
-
-
-def run_requests_range(conv: bytes, run_id: bytes) -> tuple[bytes, bytes]:
-    """``[lower, upper)`` of the user messages one run wrote, oldest seq first."""
-    lower = RUN_WRITES + conv + SEP + run_id + SEP + _RUN_REQUEST
-    return lower, prefix_end(lower)
-
-
 def erasure_ranges(conv: bytes) -> list[tuple[bytes, bytes]]:
     """``[lower, upper)`` of every key a conversation's rows may have had: what a clear compacts."""
     single = [(prefix + conv, prefix + conv + b"\x00") for prefix in (CONVERSATION, OPEN)]
@@ -505,6 +447,12 @@ def erasure_ranges(conv: bytes) -> list[tuple[bytes, bytes]]:
 def conv_range(prefix: bytes, conv: bytes) -> tuple[bytes, bytes]:
     """``[lower, upper)`` covering every ``prefix conv 1F ...`` key."""
     return prefix + conv + SEP, prefix + conv + END
+
+
+def content_ranges(conv: bytes) -> list[tuple[bytes, bytes]]:
+    """``conv_range`` of the keyspaces whose rows hold content (``M``, ``N``, ``H``, ``G``) or spell
+    it in their keys (``X``): what the compaction after a message delete rewrites."""
+    return [conv_range(prefix, conv) for prefix in (MESSAGE, SOURCE, HIDDEN, ASSET, EXTERNAL)]
 
 
 def conversation_ranges(conv: bytes) -> list[tuple[bytes, bytes]]:

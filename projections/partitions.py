@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Literal, Protocol
 
-from projections import keys
+from projections import feature_keys, keys
 from projections.delivery import Deliveries
 from projections.rows import Stats
 from projections.store import StateStore, Tx
@@ -43,6 +43,7 @@ def drop_partition(store: StateStore, tx: Tx, partition: int, partitions: int) -
             for lower, upper in [*keys.conversation_ranges(conv), keys.key_id_range(conv)]:
                 tx.delete_range(lower, upper)
     tx.delete_range(*keys.poison_partition_range(partition))
+    tx.delete_range(*feature_keys.graph_run_range(partition))
     checkpoints = [k for k, _ in snap.scan(keys.CHECKPOINT, keys.prefix_end(keys.CHECKPOINT))]
     for k in checkpoints:
         name, p = keys.read_checkpoint_key(k)

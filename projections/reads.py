@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Literal
 
-from projections import assets, by_ids, keys, navigation, runs
+from projections import assets, by_ids, feature_keys, keys, navigation, runs
 from projections.navigation import Order, message_id
 from projections.rows import FLAG_INTERRUPTED, AggregateRow, ConversationRow, MessageRow, SourceRow
 from projections.store import Snapshot
@@ -257,9 +257,9 @@ class Reads(TurnReads):
             if by_ids.visible_rows(snap, c, row, [wanted], keys.message_key, pick):
                 return wanted
         root = MessageID.parse(root_turn)
-        slot = snap.get(keys.slot_key(c, root.append_id.encode("utf-8"))) if root.index == 0 else None
+        slot = snap.get(feature_keys.slot_key(c, root.append_id.encode("utf-8"))) if root.index == 0 else None
         if slot is not None:  # a slotted turn: its request is the first message of its T row
-            raw = snap.get(keys.turn_key(c, keys.read_slot_value(slot)[0]))
+            raw = snap.get(keys.turn_key(c, feature_keys.read_slot_value(slot)[0]))
             if raw is None or keys.read_turn_id(raw) != root_turn:
                 return None
             value = snap.get(keys.message_key(c, keys.read_turn_value(raw)[1]))

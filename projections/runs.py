@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from projections import full, keys
+from projections import feature_keys, full, keys
 from projections.full import Rows
 from projections.rows import ConversationRow
 from projections.store import Snapshot, Tx
@@ -38,19 +38,19 @@ _USER = "user"
 
 def latest_epoch(rows: Rows, conv: bytes) -> int:
     """The conversation's latest epoch (0: no run began)."""
-    raw = rows.get(keys.run_key(conv, b""))
+    raw = rows.get(feature_keys.run_key(conv, b""))
     return keys.read_u64(raw) if raw is not None else 0
 
 
 def epoch_of(rows: Rows, conv: bytes, run_id: str) -> int:
     """The epoch of run ``run_id`` (0: it never began, or its conversation was cleared)."""
-    raw = rows.get(keys.run_key(conv, run_id.encode("utf-8")))
+    raw = rows.get(feature_keys.run_key(conv, run_id.encode("utf-8")))
     return keys.read_u64(raw) if raw is not None else 0
 
 
 def run_of_epoch(rows: Rows, conv: bytes, epoch: int) -> str | None:
     """The id of the run that has ``epoch``, or None (no run of that epoch began here)."""
-    raw = rows.get(keys.run_epoch_key(conv, epoch))
+    raw = rows.get(feature_keys.run_epoch_key(conv, epoch))
     return raw.decode("utf-8") if raw is not None else None
 
 
@@ -64,9 +64,9 @@ def begin(tx: Tx, conv: bytes, run_id: str) -> tuple[int, bool]:
     epoch = latest_epoch(tx, conv) + 1
     value = keys.u64(epoch)
     run = run_id.encode("utf-8")
-    tx.put(keys.run_key(conv, run), value)
-    tx.put(keys.run_key(conv, b""), value)
-    tx.put(keys.run_epoch_key(conv, epoch), run)
+    tx.put(feature_keys.run_key(conv, run), value)
+    tx.put(feature_keys.run_key(conv, b""), value)
+    tx.put(feature_keys.run_epoch_key(conv, epoch), run)
     return epoch, True
 
 
@@ -102,9 +102,9 @@ def note_writes(tx: Tx, conv: bytes, run_id: str, row_before: ConversationRow, b
                 latest = full.latest_turn(tx, conv, row_before)
                 group = latest[0] if latest is not None else None
             if group is not None:
-                tx.put(keys.run_turn_key(conv, run, group.encode("utf-8")), b"")
+                tx.put(feature_keys.run_turn_key(conv, run, group.encode("utf-8")), b"")
         if message.role == _USER:
-            tx.put(keys.run_request_key(conv, run, first_seq + index),
+            tx.put(feature_keys.run_request_key(conv, run, first_seq + index),
                    full.turn_id(batch.append_id, index).encode("utf-8"))
 
 
@@ -113,9 +113,9 @@ def wrote_history(rows: Rows | Snapshot, conv: bytes, run_id: str, root_turn: st
     when given: one point read, or one seek."""
     run = run_id.encode("utf-8")
     if root_turn is not None:
-        return rows.get(keys.run_turn_key(conv, run, root_turn.encode("utf-8"))) is not None
+        return rows.get(feature_keys.run_turn_key(conv, run, root_turn.encode("utf-8"))) is not None
     assert isinstance(rows, Snapshot)  # Invariant: the reads pass a snapshot (a seek).
-    for _ in rows.scan(*keys.run_writes_range(conv, run)):
+    for _ in rows.scan(*feature_keys.run_writes_range(conv, run)):
         return True
     return False
 
@@ -124,7 +124,7 @@ def run_requests(snap: Snapshot, conv: bytes, run_id: str) -> Iterator[MessageID
     """The ids of the user messages run ``run_id`` wrote, newest first (hidden ones too), read
     lazily: a caller that stops at the first visible one reads no further. Each id is one seek of
     its own, so the caller may read ``snap`` between them (a snapshot has one iterator)."""
-    lower, upper = keys.run_requests_range(conv, run_id.encode("utf-8"))
+    lower, upper = feature_keys.run_requests_range(conv, run_id.encode("utf-8"))
     while True:
         scan = snap.scan_reverse(lower, upper)
         try:

@@ -17,7 +17,7 @@ later record changes (a used slot stays used, turns only move forward).
 
 from __future__ import annotations
 
-from projections import keys
+from projections import feature_keys
 from projections.full import Rows
 from projections.rows import ConversationRow
 from projections.store import Tx
@@ -31,13 +31,13 @@ __all__ = ["allocate", "mark_used", "refusal"]
 def allocate(tx: Tx, conv: bytes, row: ConversationRow, slot_id: str) -> tuple[int, bool]:
     """The position of slot ``slot_id`` and whether this record allocated it (``row`` is updated
     in place when it did; the caller writes it)."""
-    key = keys.slot_key(conv, slot_id.encode("utf-8"))
+    key = feature_keys.slot_key(conv, slot_id.encode("utf-8"))
     raw = tx.get(key)
     if raw is not None:
-        return keys.read_slot_value(raw)[0], False
+        return feature_keys.read_slot_value(raw)[0], False
     position = max(row.turn, row.allotted) + 1
     row.allotted = position
-    tx.put(key, keys.slot_value(position, used=False))
+    tx.put(key, feature_keys.slot_value(position, used=False))
     return position, True
 
 
@@ -47,10 +47,10 @@ def refusal(rows: Rows, conv: bytes, row: ConversationRow | None, turn_id: str, 
     out of log order, when that is not decided yet)."""
     if not any(starts_turn(m) for m in batch.messages):
         return f"turn slot {turn_id!r}: the batch has no user message that opens a turn"
-    raw = rows.get(keys.slot_key(conv, slot_of_turn(turn_id).encode("utf-8"))) if row is not None else None
+    raw = rows.get(feature_keys.slot_key(conv, slot_of_turn(turn_id).encode("utf-8"))) if row is not None else None
     if raw is None:
         return f"no turn slot {turn_id!r} was allocated in this conversation" if in_log_order else ""
-    allocated, used = keys.read_slot_value(raw)
+    allocated, used = feature_keys.read_slot_value(raw)
     if allocated != position:
         return f"turn slot {turn_id!r} has position {allocated}, not {position}"
     if used:
@@ -64,4 +64,5 @@ def refusal(rows: Rows, conv: bytes, row: ConversationRow | None, turn_id: str, 
 
 def mark_used(tx: Tx, conv: bytes, turn_id: str, position: int) -> None:
     """Spend slot ``turn_id`` for good (its batch was accepted)."""
-    tx.put(keys.slot_key(conv, slot_of_turn(turn_id).encode("utf-8")), keys.slot_value(position, used=True))
+    tx.put(feature_keys.slot_key(conv, slot_of_turn(turn_id).encode("utf-8")),
+           feature_keys.slot_value(position, used=True))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from projections import deletes, full, keys, navigation
+from projections import deletes, feature_keys, full, keys, navigation
 from projections.rows import ConversationRow, MessageRow, ReceiptRow
 from projections.store import Snapshot, StateStore
 from schemas.batch import HistoryTurn, StoredMessage
@@ -74,10 +74,10 @@ class TurnReads:
         if opened is None:
             return None
         snap, c, row = opened
-        slot = snap.get(keys.slot_key(c, wanted.append_id.encode("utf-8")))
+        slot = snap.get(feature_keys.slot_key(c, wanted.append_id.encode("utf-8")))
         if slot is None:
             return None
-        position = keys.read_slot_value(slot)[0]
+        position = feature_keys.read_slot_value(slot)[0]
         raw = snap.get(keys.turn_key(c, position))
         if raw is None or keys.read_turn_id(raw) != turn_id:
             raise NotFound(f"turn slot {turn_id!r} of {conv!r} has no visible turn (unused, or its turn was replaced)")

@@ -4,7 +4,8 @@ A part of the events' wire format (``schemas.events`` frames these bodies and is
 schemas themselves are the ``.avsc`` files): for exactly the writer schemas ``encode_event`` uses
 (``batch_appended.avsc`` v2, ``.v3``, ``.v4`` and ``.v5``, ``turn_replaced.avsc`` v1, ``.v2`` and
 ``.v3``, ``conversation_cleared.avsc``, ``run_begun.avsc``, ``turn_allocated.avsc``,
-``assets_linked.avsc``, ``messages_deleted.avsc``), the body as the Avro specification's binary encoding gives it:
+``assets_linked.avsc``, ``messages_deleted.avsc``, ``checkpointed.avsc``), the body as the Avro
+specification's binary encoding gives it:
 
 * ``int`` / ``long``: zig-zag, then a base-128 varint, least significant group first;
 * ``string`` / ``bytes``: the byte length as a ``long``, then the (UTF-8) bytes;
@@ -27,9 +28,27 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["ALLOCATED_FIELDS", "ASSETS_FIELDS", "BATCH_FIELDS", "CLEARED_FIELDS", "DELETED_FIELDS", "REPLACED_FIELDS",
-           "RUN_FIELDS", "SEALED_FIELDS", "SLOT_FIELDS", "TAIL_FIELDS", "allocated_body", "assets_body", "batch_body",
-           "cleared_body", "deleted_body", "replaced_body", "run_body"]
+__all__ = [
+    "ALLOCATED_FIELDS",
+    "ASSETS_FIELDS",
+    "BATCH_FIELDS",
+    "CHECKPOINTED_FIELDS",
+    "CLEARED_FIELDS",
+    "DELETED_FIELDS",
+    "REPLACED_FIELDS",
+    "RUN_FIELDS",
+    "SEALED_FIELDS",
+    "SLOT_FIELDS",
+    "TAIL_FIELDS",
+    "allocated_body",
+    "assets_body",
+    "batch_body",
+    "checkpointed_body",
+    "cleared_body",
+    "deleted_body",
+    "replaced_body",
+    "run_body",
+]
 
 BATCH_FIELDS: Final = (("conversation_id", "string"), ("append_id", "string"), ("digest", "string"),
                        ("messages", "bytes"), ("message_count", "int"), ("content_bytes", "long"),
@@ -54,6 +73,9 @@ ASSETS_FIELDS: Final = (("conversation_id", "string"), ("message_id", "string"),
 """``AssetsLinked``'s fields as written here, before its ``sealed``."""
 RUN_FIELDS: Final = (("conversation_id", "string"), ("run_id", "string"), ("created_at_ms", "long"))
 """``RunBegun``'s fields as written here."""
+CHECKPOINTED_FIELDS: Final = (("conversation_id", "string"), ("record_id", "string"), ("kind", "string"),
+                              ("content", "bytes"), ("created_at_ms", "long"))
+"""``Checkpointed``'s fields as written here, before its ``sealed``."""
 DELETED_FIELDS: Final = (("conversation_id", "string"), ("delete_id", "string"), ("message_ids", ["array", "string"]),
                          ("fence", ["null", "long"]), ("created_at_ms", "long"))
 """``MessagesDeleted``'s fields as written here (an array: its items in one block, then ``00``)."""
@@ -187,6 +209,21 @@ def deleted_body(conversation_id: str, delete_id: str, message_ids: tuple[str, .
     parts.append(b"\x00")
     parts.append(b"\x00" if fence is None else b"\x02" + _long(fence))
     parts.append(_long(created_at_ms))
+    return b"".join(parts)
+
+
+def checkpointed_body(conversation_id: str, record_id: str, kind: str, content: bytes, created_at_ms: int,
+                      sealed: tuple[str, bytes, bytes, bytes] | None) -> bytes:
+    """A ``Checkpointed`` body."""
+    c = conversation_id.encode("utf-8")
+    r = record_id.encode("utf-8")
+    k = kind.encode("utf-8")
+    parts = [_long(len(c)), c, _long(len(r)), r, _long(len(k)), k, _long(len(content)), content,
+             _long(created_at_ms)]
+    if sealed is None:
+        parts.append(b"\x00")
+    else:
+        _sealed(parts, *sealed)
     return b"".join(parts)
 
 

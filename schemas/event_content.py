@@ -11,14 +11,22 @@ from typing import TYPE_CHECKING
 
 from schemas.canonical import digest_of
 from schemas.errors import CorruptLog, HistoryError
-from schemas.events import AssetsLinked, BatchAppended, TurnReplaced
-from schemas.sealed import SEALED_ASSETS, SEALED_BATCH, SEALED_REPLACED, DataKey, open_sealed, seal
+from schemas.events import AssetsLinked, BatchAppended, Checkpointed, TurnReplaced
+from schemas.sealed import (
+    SEALED_ASSETS,
+    SEALED_BATCH,
+    SEALED_CHECKPOINTED,
+    SEALED_REPLACED,
+    DataKey,
+    open_sealed,
+    seal,
+)
 
 if TYPE_CHECKING:
     from schemas.batch import Batch
     from schemas.messages import Message
 
-__all__ = ["Content", "event_batch", "open_content", "open_event", "seal_assets", "seal_event"]
+__all__ = ["Content", "event_batch", "open_content", "open_event", "seal_assets", "seal_checkpointed", "seal_event"]
 
 
 _READERS: list[Callable[[str, str, bytes], Batch]] = []
@@ -42,19 +50,32 @@ def _starts_turn(message: Message) -> bool:
     return starts_turn(message)
 
 
-Content = BatchAppended | TurnReplaced | AssetsLinked
-"""The events whose content is sealed: a batch's messages, a replacement's, a link's refs."""
+Content = BatchAppended | TurnReplaced | AssetsLinked | Checkpointed
+"""The events whose content is sealed: a batch's messages, a replacement's, a link's refs, a
+checkpoint change's content."""
 
 
 def _record_of(event: Content) -> str:
     if isinstance(event, AssetsLinked):
         return SEALED_ASSETS
+    if isinstance(event, Checkpointed):
+        return SEALED_CHECKPOINTED
     return SEALED_BATCH if isinstance(event, BatchAppended) else SEALED_REPLACED
 
 
 def _bound_id(event: Content) -> str:
     """The id the sealed content is bound to besides its conversation (associated data)."""
-    return event.message_id if isinstance(event, AssetsLinked) else event.append_id
+    if isinstance(event, AssetsLinked):
+        return event.message_id
+    return event.record_id if isinstance(event, Checkpointed) else event.append_id
+
+
+def seal_checkpointed(event: Checkpointed, key: DataKey) -> Checkpointed:
+    """The sealed form of a plain ``Checkpointed``: its content encrypted under ``key``."""
+    assert event.sealed is None  # Invariant: writers seal the plain event they built, once.
+    sealed = seal(key, event.content, conversation_id=event.conversation_id, append_id=event.record_id,
+                  record=SEALED_CHECKPOINTED)
+    return Checkpointed(event.conversation_id, event.record_id, event.kind, b"", event.created_at_ms, sealed)
 
 
 def seal_assets(event: AssetsLinked, key: DataKey) -> AssetsLinked:

@@ -11,6 +11,8 @@ from typing import Any, Final
 
 from schemas.assets import AssetRef, assets_from_json, assets_json, check_assets
 from schemas.canonical import DIGEST_PATTERN
+from schemas.checkpoints import KINDS as CHECKPOINT_KINDS
+from schemas.checkpoints import PruneContent, PutContent, WritesContent
 from schemas.errors import HistoryError, NotFound
 from schemas.ids import AppendID, ConversationID, MessageID, RunID
 from schemas.sealed import TAG_BYTES, key_id_problem
@@ -25,11 +27,13 @@ __all__ = [
     "InvalidField",
     "check_allocated_record",
     "check_batch_record",
+    "check_checkpointed_record",
     "check_cleared_record",
     "check_deleted_record",
     "check_linked_record",
     "check_replaced_record",
     "check_run_record",
+    "checkpointed_content",
     "linked_refs",
     "slot_turn_problem",
     "turn_id_problem",
@@ -160,6 +164,45 @@ def linked_refs(data: bytes) -> tuple[AssetRef, ...]:
     if assets_json(checked) != data:
         raise InvalidField("assets", "not the canonical JSON of refs sorted by ordinal, one per ordinal")
     return checked
+
+
+def _valid_sealed(rec: dict[str, Any], plain: str) -> bool:
+    """Whether the record is sealed, its ``sealed`` checked (then its ``plain`` field must be empty)."""
+    sealed = rec.get("sealed")
+    if sealed is None:
+        return False
+    if rec[plain] != b"":
+        raise InvalidField("sealed", f"a sealed record carries no plain {plain} ({plain} must be empty)")
+    problem = key_id_problem(sealed["key_id"])
+    if problem:
+        raise InvalidField("sealed", problem)
+    if len(sealed["ciphertext"]) < TAG_BYTES:
+        raise InvalidField("sealed", f"the ciphertext is shorter than its {TAG_BYTES}-byte tag")
+    return True
+
+
+def check_checkpointed_record(rec: dict[str, Any]) -> None:
+    """A ``Checkpointed`` record's fields (its content is checked by ``checkpointed_content``
+    once opened)."""
+    _valid_common(rec)
+    _valid_id(rec, "record_id", AppendID)
+    if rec["kind"] not in CHECKPOINT_KINDS:
+        raise InvalidField("kind", f"{rec['kind'][:40]!r} is not one of {', '.join(CHECKPOINT_KINDS)}")
+    if not _valid_sealed(rec, "content"):
+        checkpointed_content(rec["kind"], rec["content"])
+
+
+def checkpointed_content(kind: str, data: bytes) -> PutContent | WritesContent | PruneContent:
+    """The content of a ``Checkpointed`` of ``kind`` (plain, or opened), checked;
+    ``InvalidField("content", ...)`` otherwise."""
+    try:
+        if kind == "put":
+            return PutContent.decode(data)
+        if kind == "writes":
+            return WritesContent.decode(data)
+        return PruneContent.decode(data)
+    except ValueError as e:
+        raise InvalidField("content", f"not a {kind}'s content: {e}"[:300]) from None
 
 
 def check_allocated_record(rec: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from schemas.event_body import (
     ALLOCATED_FIELDS,
     ASSETS_FIELDS,
     BATCH_FIELDS,
+    CHECKPOINTED_FIELDS,
     CLEARED_FIELDS,
     DELETED_FIELDS,
     REPLACED_FIELDS,
@@ -31,6 +32,7 @@ from schemas.event_body import (
 from schemas.event_rules import (
     check_allocated_record,
     check_batch_record,
+    check_checkpointed_record,
     check_cleared_record,
     check_deleted_record,
     check_linked_record,
@@ -41,6 +43,7 @@ from schemas.event_types import (
     NAMESPACE,
     AssetsLinked,
     BatchAppended,
+    Checkpointed,
     ConversationCleared,
     Event,
     MessagesDeleted,
@@ -57,12 +60,14 @@ __all__ = [
     "BATCH_APPENDED_V2_FINGERPRINT",
     "BATCH_APPENDED_V3_FINGERPRINT",
     "BATCH_APPENDED_V4_FINGERPRINT",
+    "CHECKPOINTED_FINGERPRINT",
     "CONVERSATION_CLEARED_FINGERPRINT",
     "HEADER_SIZE",
     "MAGIC",
     "MESSAGES_DELETED_FINGERPRINT",
     "PREFIX_ALLOCATED",
     "PREFIX_BATCH",
+    "PREFIX_CHECKPOINTED",
     "PREFIX_CLEARED",
     "PREFIX_DELETED",
     "PREFIX_LINKED",
@@ -105,6 +110,7 @@ _CURRENT_FILES: Final[dict[str, str]] = {
     TurnAllocated.AVRO_NAME: "turn_allocated.avsc",
     AssetsLinked.AVRO_NAME: "assets_linked.avsc",
     MessagesDeleted.AVRO_NAME: "messages_deleted.avsc",
+    Checkpointed.AVRO_NAME: "checkpointed.avsc",
 }
 _HISTORIC_FILES: Final = ("batch_appended.v1.avsc", "batch_appended.avsc", "turn_replaced.avsc",
                           "batch_appended.v3.avsc", "turn_replaced.v2.avsc", "batch_appended.v4.avsc")
@@ -181,6 +187,12 @@ def _build_deleted(rec: dict[str, Any]) -> Event:
     return MessagesDeleted(**rec)
 
 
+def _build_checkpointed(rec: dict[str, Any]) -> Event:
+    check_checkpointed_record(rec)
+    _sealed_of(rec)
+    return Checkpointed(**rec)
+
+
 def _build_linked(rec: dict[str, Any]) -> Event:
     check_linked_record(rec)
     _sealed_of(rec)
@@ -195,6 +207,7 @@ _BUILDERS: Final[dict[str, Callable[[dict[str, Any]], Event]]] = {
     TurnAllocated.AVRO_NAME: _build_allocated,
     AssetsLinked.AVRO_NAME: _build_linked,
     MessagesDeleted.AVRO_NAME: _build_deleted,
+    Checkpointed.AVRO_NAME: _build_checkpointed,
 }
 
 
@@ -236,6 +249,9 @@ ASSETS_LINKED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[AssetsLinked.AVR
 MESSAGES_DELETED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[MessagesDeleted.AVRO_NAME]
 """Fingerprint bytes of the ``MessagesDeleted`` schema (frame bytes 2..9)."""
 
+CHECKPOINTED_FINGERPRINT: Final[bytes] = _CURRENT_FINGERPRINTS[Checkpointed.AVRO_NAME]
+"""Fingerprint bytes of the ``Checkpointed`` schema (frame bytes 2..9)."""
+
 WRITERS: dict[bytes, Writer] = {
     fp: Writer(fp, name, _CURRENT[name], None, _BUILDERS[name]) for name, fp in _CURRENT_FINGERPRINTS.items()
 }
@@ -248,6 +264,7 @@ PREFIX_RUN: Final = MAGIC + RUN_BEGUN_FINGERPRINT
 PREFIX_ALLOCATED: Final = MAGIC + TURN_ALLOCATED_FINGERPRINT
 PREFIX_LINKED: Final = MAGIC + ASSETS_LINKED_FINGERPRINT
 PREFIX_DELETED: Final = MAGIC + MESSAGES_DELETED_FINGERPRINT
+PREFIX_CHECKPOINTED: Final = MAGIC + CHECKPOINTED_FINGERPRINT
 
 
 def _full_name(name: str) -> str:
@@ -369,4 +386,5 @@ assert _layout(_CURRENT[RunBegun.AVRO_NAME]) == list(RUN_FIELDS)
 assert _layout(_CURRENT[TurnAllocated.AVRO_NAME]) == list(ALLOCATED_FIELDS)
 assert _layout(_CURRENT[AssetsLinked.AVRO_NAME]) == [*ASSETS_FIELDS, _SEALED_LAYOUT]
 assert _layout(_CURRENT[MessagesDeleted.AVRO_NAME]) == list(DELETED_FIELDS)
+assert _layout(_CURRENT[Checkpointed.AVRO_NAME]) == [*CHECKPOINTED_FIELDS, _SEALED_LAYOUT]
 

@@ -18,8 +18,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from schemas.runs import Fence
     from schemas.slots import TurnSlot
 
-__all__ = ["NAMESPACE", "AssetsLinked", "BatchAppended", "ConversationCleared", "Event", "MessagesDeleted", "RunBegun",
-           "TurnAllocated", "TurnReplaced"]
+__all__ = [
+    "NAMESPACE",
+    "AssetsLinked",
+    "BatchAppended",
+    "Checkpointed",
+    "ConversationCleared",
+    "Event",
+    "MessagesDeleted",
+    "RunBegun",
+    "TurnAllocated",
+    "TurnReplaced",
+]
 
 NAMESPACE: Final = "histlog.events"
 
@@ -128,6 +138,22 @@ class AssetsLinked:
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpointed:
+    """A change to a thread's graph checkpoints (``schemas/checkpointed.avsc``): ``kind`` ``put``,
+    ``writes`` or ``prune``, its ``content`` (``schemas.checkpoints``) empty when ``sealed`` holds
+    it. Its record key's second part is ``record_id``."""
+
+    AVRO_NAME: ClassVar[str] = f"{NAMESPACE}.Checkpointed"
+
+    conversation_id: str
+    record_id: str
+    kind: str
+    content: bytes
+    created_at_ms: int
+    sealed: Sealed | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class MessagesDeleted:
     """Messages removed from every read and from the state (``schemas/messages_deleted.avsc``,
     ``delete_messages``): ``message_ids`` are message ids (``APPEND_ID/INDEX``), ``fence`` the
@@ -183,4 +209,5 @@ class TurnReplaced:
                    None if fence is None else fence.epoch, run_id)
 
 
-Event = BatchAppended | ConversationCleared | TurnReplaced | RunBegun | TurnAllocated | AssetsLinked | MessagesDeleted
+Event = (BatchAppended | ConversationCleared | TurnReplaced | RunBegun | TurnAllocated | AssetsLinked | MessagesDeleted
+         | Checkpointed)

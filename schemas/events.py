@@ -61,6 +61,7 @@ from schemas.event_body import (
     allocated_body,
     assets_body,
     batch_body,
+    checkpointed_body,
     cleared_body,
     deleted_body,
     replaced_body,
@@ -73,12 +74,14 @@ from schemas.event_schemas import (
     BATCH_APPENDED_V1_FINGERPRINT,
     BATCH_APPENDED_V2_FINGERPRINT,
     BATCH_APPENDED_V4_FINGERPRINT,
+    CHECKPOINTED_FINGERPRINT,
     CONVERSATION_CLEARED_FINGERPRINT,
     HEADER_SIZE,
     MAGIC,
     MESSAGES_DELETED_FINGERPRINT,
     PREFIX_ALLOCATED,
     PREFIX_BATCH,
+    PREFIX_CHECKPOINTED,
     PREFIX_CLEARED,
     PREFIX_DELETED,
     PREFIX_LINKED,
@@ -103,6 +106,7 @@ from schemas.event_types import (
     NAMESPACE,
     AssetsLinked,
     BatchAppended,
+    Checkpointed,
     ConversationCleared,
     Event,
     MessagesDeleted,
@@ -119,6 +123,7 @@ __all__ = [
     "BATCH_APPENDED_V1_FINGERPRINT",
     "BATCH_APPENDED_V2_FINGERPRINT",
     "BATCH_APPENDED_V4_FINGERPRINT",
+    "CHECKPOINTED_FINGERPRINT",
     "CONVERSATION_CLEARED_FINGERPRINT",
     "HEADER_SIZE",
     "MAGIC",
@@ -131,6 +136,7 @@ __all__ = [
     "TURN_REPLACED_V1_FINGERPRINT",
     "AssetsLinked",
     "BatchAppended",
+    "Checkpointed",
     "ConversationCleared",
     "Event",
     "MessagesDeleted",
@@ -254,6 +260,18 @@ def encode_event(event: Event) -> bytes:
         check_time_ms(event.created_at_ms)
         return PREFIX_LINKED + assets_body(event.conversation_id, event.message_id, event.assets,
                                             event.created_at_ms, _sealed_parts(event.sealed))
+    if cls is Checkpointed:
+        assert isinstance(event, Checkpointed)  # Invariant: the exact type check above.
+        _check_str(event.conversation_id, "conversation_id")
+        _check_str(event.record_id, "record_id")
+        _check_str(event.kind, "kind")
+        if type(event.content) is not bytes:
+            raise TypeError(f"content must be bytes, not {type(event.content).__name__}")
+        _check_int(event.created_at_ms, "created_at_ms", LONG_MIN, LONG_MAX)
+        check_time_ms(event.created_at_ms)
+        return PREFIX_CHECKPOINTED + checkpointed_body(event.conversation_id, event.record_id, event.kind,
+                                                       event.content, event.created_at_ms,
+                                                       _sealed_parts(event.sealed))
     if cls is MessagesDeleted:
         assert isinstance(event, MessagesDeleted)  # Invariant: the exact type check above.
         _check_str(event.conversation_id, "conversation_id")

@@ -59,6 +59,7 @@ __all__ = [
     "NONCE_BYTES",
     "SEALED_ASSETS",
     "SEALED_BATCH",
+    "SEALED_CHECKPOINTED",
     "SEALED_REPLACED",
     "SECRET_BYTES",
     "TAG_BYTES",
@@ -87,7 +88,9 @@ SEALED_REPLACED: Final = "histlog.events.TurnReplaced/2"
 """The record a sealed replacement turn lives in (name/version), part of its associated data."""
 SEALED_ASSETS: Final = "histlog.events.AssetsLinked/1"
 """The record sealed asset refs live in (name/version); their "append id" is the message id."""
-_RECORDS: Final = frozenset({SEALED_BATCH, SEALED_REPLACED, SEALED_ASSETS})
+SEALED_CHECKPOINTED: Final = "histlog.events.Checkpointed/1"
+"""The record sealed checkpoint content lives in (name/version); its "append id" is the record id."""
+_RECORDS: Final = frozenset({SEALED_BATCH, SEALED_REPLACED, SEALED_ASSETS, SEALED_CHECKPOINTED})
 
 DERIVED_KEYS: Final = 16_384
 """At most this many data keys hold their derived state at once (an ``AESGCM`` with its OpenSSL

@@ -1,6 +1,7 @@
 """``HistoryClient`` and ``AsyncHistoryClient``: ``HistoryEngine``'s methods over HTTP.
 
-Each method is one plan of ``engine.client.calls`` bound to a face by ``_sync`` or ``_async``; a
+Each method is one plan of ``engine.client.calls`` (the graph checkpoints' of
+``engine.client.checkpoint_calls``) bound to a face by ``_sync`` or ``_async``; a
 plan's requests go through ``engine.client.policy.exchange`` (where to send, when to retry,
 what a failure means). The faces differ only at the I/O edge: ``_run``/``_send`` here with an
 ``httpx.Client``, ``_arun``/``_asend`` with an ``httpx.AsyncClient``, each one pooled client
@@ -25,7 +26,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import httpx
 
 from engine.arguments import EMPTY, check_timeout
-from engine.client import calls
+from engine.client import calls, checkpoint_calls
 from engine.client.calls import Plan
 from engine.client.policy import Answer, Endpoints, Failure, Pause, Request, Send, exchange
 from engine.client.pools import PER_POOL, Pools
@@ -72,6 +73,7 @@ class _Face:
         check_timeout(timeout)
         self._endpoints = Endpoints(url_or_urls)
         self._timeout = float(timeout)
+        self._token = token
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     @property
@@ -147,6 +149,13 @@ class HistoryClient(_Face):
     conversations = _sync(calls.conversations)
     stats = _sync(calls.stats)
     poison = _sync(calls.poison)
+    put_checkpoint = _sync(checkpoint_calls.put_checkpoint)
+    put_checkpoint_writes = _sync(checkpoint_calls.put_checkpoint_writes)
+    get_checkpoint = _sync(checkpoint_calls.get_checkpoint)
+    list_checkpoints = _sync(checkpoint_calls.list_checkpoints)
+    prune_checkpoints = _sync(checkpoint_calls.prune_checkpoints)
+    delete_checkpoint_runs = _sync(checkpoint_calls.delete_checkpoint_runs)
+    copy_checkpoints = _sync(checkpoint_calls.copy_checkpoints)
 
     def close(self) -> None:
         """Close the pooled connections. Idempotent."""
@@ -230,6 +239,13 @@ class AsyncHistoryClient(_Face):
     conversations = _async(calls.conversations)
     stats = _async(calls.stats)
     poison = _async(calls.poison)
+    put_checkpoint = _async(checkpoint_calls.put_checkpoint)
+    put_checkpoint_writes = _async(checkpoint_calls.put_checkpoint_writes)
+    get_checkpoint = _async(checkpoint_calls.get_checkpoint)
+    list_checkpoints = _async(checkpoint_calls.list_checkpoints)
+    prune_checkpoints = _async(checkpoint_calls.prune_checkpoints)
+    delete_checkpoint_runs = _async(checkpoint_calls.delete_checkpoint_runs)
+    copy_checkpoints = _async(checkpoint_calls.copy_checkpoints)
 
     async def close(self) -> None:
         """Close the pooled connections. Idempotent."""

@@ -10,12 +10,9 @@ raised, never rendered here (``engine.service.app`` turns every one into a probl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -24,75 +21,23 @@ from engine.cluster.ownership import OwnershipMap
 from engine.runs import check_root_turn
 from engine.service import wire, wire_assets, wire_bulk, wire_runs, wire_slots
 from engine.service.auth import read_body
-from engine.service.forward import Forwarder, is_forwarded
-from engine.service.routing import Param, Router, segment
+from engine.service.forward import is_forwarded
+from engine.service.route_base import DEFAULT_MAX_WAITERS, Context, Handler, Op, Waiters, json_response
+from engine.service.routes_checkpoints import CHECKPOINT_OPS
+from engine.service.routing import Param, segment
 from schemas.batch import Batch, Receipt
 from schemas.errors import LogUnavailable, NotFound, NotReady
 from schemas.ids import RunID
 from schemas.positions import HistoryPosition
 from schemas.runs import Fence
 
-__all__ = ["DEFAULT_MAX_WAITERS", "OPS", "Context", "Op", "Waiters", "json_response", "merge_pages"]
+__all__ = ["DEFAULT_MAX_WAITERS", "OPS", "Context", "Handler", "Op", "Waiters", "json_response", "merge_pages"]
 
 AT_LEAST_TIMEOUT = 10.0
 """How long a read with ``at_least`` waits for this instance to apply that position (then 503)."""
-DEFAULT_MAX_WAITERS = 1000
-"""How many reads may wait for a log position (``at_least``) at once, by default (``--max-waiters``):
-a wait holds no thread, only a future and a connection; past the bound a read is a 503 at once."""
 PAGE_DEFAULT = 1000
 """``GET /v1/conversations`` answers at most this many ids per page unless ``limit`` says fewer."""
 PAGE_MAX = 10_000
-
-
-@dataclass(slots=True)
-class Waiters:
-    """The reads waiting for a log position now, and how many may (on the loop: no lock)."""
-
-    limit: int
-    count: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """What every handler may use: the router (which engine), the body limit, the waiting reads,
-    and in a cluster the forwarder to the other members."""
-
-    router: Router
-    max_body: int
-    forwarder: Forwarder | None = None
-    waiters: Waiters = field(default_factory=lambda: Waiters(DEFAULT_MAX_WAITERS))
-
-
-Handler = Callable[[Request, Context, dict[str, Any]], Awaitable[Response]]
-
-
-@dataclass(frozen=True, slots=True)
-class Op:
-    """One route: ``handler(request, context, query)`` answers ``ok`` (status, model or None)."""
-
-    method: str
-    path: str
-    name: str
-    summary: str
-    handler: Handler
-    ok: tuple[int, type[BaseModel] | None]
-    query: tuple[Param, ...] = ()
-    body: type[BaseModel] | None = None
-    errors: tuple[int, ...] = field(default=(400, 401, 404, 503))
-    ok_media: str = "application/json"
-    """The success body's media type; one other than JSON (``text/event-stream``) is documented
-    as a string."""
-
-    @property
-    def routed(self) -> bool:
-        """Whether the operation is on one conversation (its path has ``{c}``): in a cluster it is
-        served by the conversation's owner, so a member may forward it or answer 421."""
-        return "{c}" in self.path
-
-
-def json_response(tree: Any, status: int = 200) -> Response:
-    """A JSON response; ``tree`` may hold ``orjson.Fragment``s (the schemas' own ``to_json``)."""
-    return Response(orjson.dumps(tree), status_code=status, media_type="application/json")
 
 
 async def _at_least(ctx: Context, c: str, query: dict[str, Any]) -> None:
@@ -448,6 +393,7 @@ OPS: tuple[Op, ...] = (
     Op("GET", _C + "/interrupted-checkpoint", "latest_interrupted_checkpoint",
        "The latest interrupted assistant checkpoint of the latest turn, or null", get_checkpoint,
        (200, wire.CheckpointOut), query=(_AT_LEAST,)),
+    *CHECKPOINT_OPS,
     Op("GET", "/v1/cluster", "cluster", "The owner of every partition as this member last learned it (a server "
        "without --group: group null, generation -1, itself owning every partition)", get_cluster,
        (200, wire.ClusterOut), errors=(401,)),

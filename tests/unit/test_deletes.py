@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine import HistoryEngine
-from projections import Projection, ProjectionTx, keys
+from projections import Projection, ProjectionTx, feature_keys, keys
 from projections.events import MessagesDeleted as DeletedEvent
 from projections.events import ProjectedEvent
 from schemas import Batch, HistoryPosition, Message
@@ -107,7 +107,7 @@ def test_a_delete_leaves_no_row_of_the_deleted_messages(tmp_path: Path) -> None:
         assert not [k for k, v in rows if b"secret" in k or b"secret" in v or b"wa-9" in k]
         # gone: 2 M, 2 N, 1 S, 1 X, 1 T (turn 2), 1 W, 1 A; added: 1 D
         assert len(rows) == before - 9 + 1
-        assert dict(rows)[keys.deleted_key(c.encode(), b"b")] == keys.deleted_value([0, 1])
+        assert dict(rows)[feature_keys.deleted_key(c.encode(), b"b")] == feature_keys.deleted_value([0, 1])
         assert engine.stats().deleted == 2
         assert [m.id for m in engine.entries(c)] == ["a/0", "a/1", "d/0", "d/1"]
         assert engine.entries(c)[2].position == HistoryPosition(3, 5)  # positions never change

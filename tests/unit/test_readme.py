@@ -72,6 +72,7 @@ EXPECTED_OUTPUT: dict[str, list[str]] = {
     "Turn slots: name a turn before its rows exist": ["True 1", "a slot is used once"],
     "Assets: media references on messages": ["media/cat.jpg"],
     "Deleting messages: moderation and users' requests": ["2", "['a1/0', 'a1/1']"],
+    "LangGraph": ["I have seen 3 message(s)."],
     "Reading: windows, byte budgets, turn sources, measures": ["BatchEvent c1", "ClearEvent c1", "[]"],
 }
 """What a block prints, where the README shows it in its comments."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from engine import HistoryEngine
-from projections import keys
+from projections import feature_keys, keys
 from schemas import Batch, Fence, Fenced, InvalidRequest, Message
 from schemas.events import BatchAppended, RunBegun, TurnReplaced, decode_event, encode_event
 from schemas.records import record_key
@@ -61,9 +61,9 @@ def test_runs_and_what_they_wrote_survive_a_reopen_and_equal_a_rebuild(tmp_path:
         assert engine.run_wrote_history("c", "r1", "a/0") and engine.run_request_message("c", "r1", "a/0") == "b/0"
         assert engine.begin_run("c", "r2").epoch == 2
         assert [r for r in _state_rows(engine) if r[0].startswith(keys.RUN + b"c")] == [
-            (keys.run_key(b"c", b""), keys.u64(2)), (keys.run_epoch_key(b"c", 1), b"r1"),
-            (keys.run_epoch_key(b"c", 2), b"r2"), (keys.run_key(b"c", b"r1"), keys.u64(1)),
-            (keys.run_key(b"c", b"r2"), keys.u64(2))]
+            (feature_keys.run_key(b"c", b""), keys.u64(2)), (feature_keys.run_epoch_key(b"c", 1), b"r1"),
+            (feature_keys.run_epoch_key(b"c", 2), b"r2"), (feature_keys.run_key(b"c", b"r1"), keys.u64(1)),
+            (feature_keys.run_key(b"c", b"r2"), keys.u64(2))]
         assert engine.fence_of_epoch("c", 1) == f and engine.fence_of_epoch("c", 2).run_id == "r2"
         with pytest.raises(Fenced, match="no run of epoch 3"):
             engine.fence_of_epoch("c", 3)
@@ -91,9 +91,9 @@ def test_what_each_new_event_writes(tmp_path: Path) -> None:
             grew.append(count() - before)
         assert grew == [grew[0], grew[0] + 2, grew[0] + 2, grew[0] + 2]
         j = [k for k, _ in _state_rows(engine) if k.startswith(keys.RUN_WRITES)]
-        assert j == [keys.run_turn_key(b"c", b"r1", b"c/0"), keys.run_turn_key(b"c", b"r1", b"d/0"),
-                     keys.run_request_key(b"c", b"r1", 5), keys.run_request_key(b"c", b"r1", 7),
-                     keys.run_turn_key(b"c", b"r2", b"e/0"), keys.run_request_key(b"c", b"r2", 9)]
+        assert j == [feature_keys.run_turn_key(b"c", b"r1", b"c/0"), feature_keys.run_turn_key(b"c", b"r1", b"d/0"),
+                     feature_keys.run_request_key(b"c", b"r1", 5), feature_keys.run_request_key(b"c", b"r1", 7),
+                     feature_keys.run_turn_key(b"c", b"r2", b"e/0"), feature_keys.run_request_key(b"c", b"r2", 9)]
 
 
 def test_the_event_carries_the_run_and_the_fence_and_old_writers_bytes_stay_the_same() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from engine import HistoryEngine
-from projections import keys
+from projections import feature_keys, keys
 from schemas import Batch, Fence, InvalidRequest, Message, SlotUnavailable, TurnSlot
 from schemas.errors import CorruptLog
 from schemas.events import (
@@ -90,7 +90,7 @@ def test_what_each_new_event_writes(tmp_path: Path) -> None:
         engine.append(Batch("c", "d", [Message.user("q"), Message.assistant("a")]))
         assert count() - before == slotted
         rows = dict(_state_rows(engine))
-        assert rows[keys.slot_key(b"c", slot.slot_id.encode())] == keys.slot_value(2, used=True)
+        assert rows[feature_keys.slot_key(b"c", slot.slot_id.encode())] == feature_keys.slot_value(2, used=True)
         assert keys.read_turn_id(rows[keys.turn_key(b"c", 2)]) == slot.turn_id
         assert keys.read_turn_id(rows[keys.turn_key(b"c", 3)]) is None
 

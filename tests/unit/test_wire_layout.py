@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from projections import keys
+from projections import feature_keys, keys
 from projections.custom import keyspace
 from projections.rows import AggregateRow, ConversationRow, Stats, checkpoint_value, read_checkpoint_stats
 from schemas.records import KEY_SEPARATOR, partition_for_key, record_key, record_key_bytes
@@ -50,7 +50,7 @@ def test_one_partition_takes_everything() -> None:
 def test_every_key_keeps_its_bytes() -> None:
     c = b"conv"
     ord8 = (3).to_bytes(8, "big")
-    assert keys.STATE_FORMAT == b"12"
+    assert keys.STATE_FORMAT == b"14"
     assert keys.conv_key(c) == b"Cconv"
     assert keys.read_conv_key(b"Cconv") == c
     assert keys.receipt_key(c, b"a/1") == b"Rconv\x1fa/1"
@@ -68,9 +68,12 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.meta_key("format") == keys.FORMAT_KEY == b"mformat"
     assert keys.IDENTITY_KEY == b"midentity"
     assert checkpoint_value(7) == (7).to_bytes(8, "big")
-    stats = Stats(1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
-    assert checkpoint_value(7, stats) == b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
+    stats = Stats(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+    assert checkpoint_value(7, stats) == b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11))
     assert read_checkpoint_stats(checkpoint_value(7, stats)) == stats
+    # A row written before deleted was counted (10 counters) still reads, with it at 0.
+    ten = b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10))
+    assert read_checkpoint_stats(ten) == Stats(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 0)
     # A row written before fenced was counted (9 counters) still reads, with it at 0.
     nine = b"".join(n.to_bytes(8, "big") for n in (7, 1, 2, 3, 4, 5, 6, 7, 8, 9))
     assert read_checkpoint_stats(nine) == Stats(1, 2, 3, 4, 5, 6, 7, 8, 9, 0)
@@ -96,14 +99,29 @@ def test_every_key_keeps_its_bytes() -> None:
     assert keys.external_text("tg\x01/1") == b'"tg\\u0001/1"'  # control characters escaped: 1F ends it
     assert keys.external_key(c, b'"x"', 3) == b'Xconv\x1f"x"\x1f' + ord8
     assert keys.open_key(c) == b"Oconv" and keys.read_open_key(b"Oconv") == c
-    row = ConversationRow(False, 5, 2, 2, 4, 99, "a-2", 1234, kid, 7)
-    assert row.encode() == (b"\x00" + b"".join(n.to_bytes(8, "big") for n in (5, 2, 2, 4, 99, 1234, 7)) + b"\x20"
+    row = ConversationRow(False, 5, 2, 2, 4, 99, "a-2", 1234, kid, 7, 3)
+    assert row.encode() == (b"\x00" + b"".join(n.to_bytes(8, "big") for n in (5, 2, 2, 4, 99, 1234, 7, 3)) + b"\x20"
                             + kid.encode() + b"a-2")
-    assert keys.slot_key(c, b"s-1") == b"Lconv\x1fs-1"
-    assert keys.slot_value(3, used=True) == ord8 + b"\x01" and keys.read_slot_value(ord8 + b"\x00") == (3, False)
+    assert feature_keys.slot_key(c, b"s-1") == b"Lconv\x1fs-1"
+    assert feature_keys.slot_value(3, used=True) == ord8 + b"\x01"
+    assert feature_keys.read_slot_value(ord8 + b"\x00") == (3, False)
     assert keys.turn_value(1, 3) == (1).to_bytes(8, "big") + ord8 and keys.read_turn_id(keys.turn_value(1, 3)) is None
     assert keys.read_turn_id(keys.turn_value(1, 3, b"s-1/0")) == "s-1/0"
-    assert keys.assets_key(c, 3) == b"Gconv\x1f" + ord8
+    assert feature_keys.assets_key(c, 3) == b"Gconv\x1f" + ord8
+    assert feature_keys.deleted_key(c, b"a-2") == b"Dconv\x1fa-2"
+    assert feature_keys.deleted_value([0, 2]) == (0).to_bytes(4, "big") + (2).to_bytes(4, "big")
+    assert feature_keys.read_deleted_value(feature_keys.deleted_value([0, 2])) == (0, 2)
+    assert keys.read_hidden_seq(keys.hidden_key(c, 3, 4)) == 4
+    assert feature_keys.graph_key(keys.GRAPH_CHECKPOINT, c, b"", b"cp1") == b"Yconv\x1f\x1fcp1"
+    assert feature_keys.graph_key(keys.GRAPH_BLOB, c, b"ns", b"ch", b"2") == b"Zconv\x1fns\x1fch\x1f2"
+    index = feature_keys.graph_write_index(-1)
+    assert index == ((1 << 31) - 1).to_bytes(4, "big") and feature_keys.read_graph_write_index(b"V" + index) == -1
+    assert feature_keys.graph_range(keys.GRAPH_WRITE, c, b"", b"cp1") == (b"Vconv\x1f\x1fcp1\x1f", b"Vconv\x1f\x1fcp1 ")
+    run_key = feature_keys.graph_run_key(2, b"r", c, b"ns", b"cp1")
+    assert run_key == b"B" + (2).to_bytes(4, "big") + b"r\x1fconv\x1fns\x1fcp1"
+    assert feature_keys.read_graph_run_key(run_key) == (c, b"ns", b"cp1")
+    assert feature_keys.graph_run_range(2, b"r") == (b"B" + (2).to_bytes(4, "big") + b"r\x1f",
+                                                      b"B" + (2).to_bytes(4, "big") + b"r ")
     assert ConversationRow.decode(row.encode()) == row
     assert ConversationRow.decode(ConversationRow(closed=True).encode()) == ConversationRow(closed=True)
 
@@ -112,13 +130,15 @@ def test_ranges_keep_their_bounds() -> None:
     assert keys.conv_range(keys.MESSAGE, b"c") == (b"Mc\x1f", b"Mc\x20")
     assert keys.conversation_ranges(b"c") == [(p + b"c\x1f", p + b"c\x20") for p in (b"M", b"N", b"A", b"S", b"T",
                                                                                         b"H", b"R", b"W", b"X",
-                                                                                        b"F", b"J", b"L", b"G")]
-    assert keys.run_key(b"c", b"") == b"Fc\x1f" and keys.run_key(b"c", b"r") == b"Fc\x1fr"
-    assert keys.run_epoch_key(b"c", 2) == b"Fc\x1f\x00" + (2).to_bytes(8, "big")
-    assert keys.run_turn_key(b"c", b"r", b"a/0") == b"Jc\x1fr\x1fta/0"
-    assert keys.run_request_key(b"c", b"r", 3) == b"Jc\x1fr\x1fu" + (3).to_bytes(8, "big")
-    assert keys.run_writes_range(b"c", b"r") == (b"Jc\x1fr\x1f", b"Jc\x1fr\x20")
-    assert keys.run_requests_range(b"c", b"r") == (b"Jc\x1fr\x1fu", b"Jc\x1fr\x1fv")
+                                                                                        b"F", b"J", b"L", b"G",
+                                                                                        b"D", b"Y", b"Z", b"V")]
+    assert keys.content_ranges(b"c") == [(p + b"c\x1f", p + b"c\x20") for p in (b"M", b"N", b"H", b"G", b"X")]
+    assert feature_keys.run_key(b"c", b"") == b"Fc\x1f" and feature_keys.run_key(b"c", b"r") == b"Fc\x1fr"
+    assert feature_keys.run_epoch_key(b"c", 2) == b"Fc\x1f\x00" + (2).to_bytes(8, "big")
+    assert feature_keys.run_turn_key(b"c", b"r", b"a/0") == b"Jc\x1fr\x1fta/0"
+    assert feature_keys.run_request_key(b"c", b"r", 3) == b"Jc\x1fr\x1fu" + (3).to_bytes(8, "big")
+    assert feature_keys.run_writes_range(b"c", b"r") == (b"Jc\x1fr\x1f", b"Jc\x1fr\x20")
+    assert feature_keys.run_requests_range(b"c", b"r") == (b"Jc\x1fr\x1fu", b"Jc\x1fr\x1fv")
     assert keys.external_range(b"c", b'"x"') == (b'Xc\x1f"x"\x1f', b'Xc\x1f"x" ')
     assert keys.open_range(b"bot/") == (b"Obot/", b"Obot0") and keys.open_range() == (b"O", b"P")
     assert (keys.RECEIPT_PREFIX, keys.RECEIPT_END) == (b"R", b"S")
