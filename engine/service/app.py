@@ -39,7 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.aio import AsyncHistoryEngine
 from engine.facade import HistoryEngine
-from engine.service import openapi
+from engine.service import console, openapi
 from engine.service.auth import DEFAULT_MAX_BODY, BearerAuth, BodyTooLarge, read_body
 from engine.service.dispatch import Dispatch, Endpoint
 from engine.service.forward import Forwarder, is_forwarded
@@ -131,7 +131,8 @@ def build_app(engine: HistoryEngine, *, token: str | None = None, max_body: int 
               extra_routes: Sequence[BaseRoute] = (), middleware: Sequence[Middleware] = (),
               ownership: Ownership | None = None) -> Service:
     """The service over ``engine`` (which the caller keeps and closes). ``token``: required as
-    ``Authorization: Bearer`` on every path but /healthz, /readyz, /openapi.json. ``ownership``:
+    ``Authorization: Bearer`` on every path but /healthz, /readyz, /openapi.json and the console's
+    static files (``/``, ``/console/...``: the page asks for the token itself). ``ownership``:
     a cluster member's source of its current ``OwnershipMap`` (None: serve every conversation
     here); the app's ``Forwarder`` is ``.forwarder`` (close it with ``aclose`` on shutdown).
     ``max_waiters``: how many reads may wait for an ``at_least`` position at once (then 503).
@@ -156,6 +157,7 @@ def build_app(engine: HistoryEngine, *, token: str | None = None, max_body: int 
     routes: list[BaseRoute] = [Route("/openapi.json", openapi_json, methods=["GET"], name="openapi")]
     # ---- extra routes join here (health, readiness, metrics: see the module docstring)
     routes += list(extra_routes)
+    routes += console.routes()  # the console's static files, / and /console redirecting to /console/
     rest = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _crash})
     app: ASGIApp = Dispatch(rest, [(op.method, op.path, _guarded(op, ctx)) for op in ops], _method_not_allowed)
     stack = list(middleware)

@@ -2,8 +2,10 @@
 
 ``BearerAuth`` is a pure ASGI middleware so it covers every route, including the ones added
 after this module was written (``/metrics``, events): deny by default, only ``PUBLIC`` paths
-(``/healthz``, ``/readyz``, ``/openapi.json``) need no token. The token comparison is
-constant-time (``hmac.compare_digest``) so its timing says nothing about the token.
+(``/healthz``, ``/readyz``, ``/openapi.json``) and the console's static files (``/``,
+``/console/...``: code only, the page asks for the token and sends it on its API calls) need no
+token. The token comparison is constant-time (``hmac.compare_digest``) so its timing says nothing
+about the token.
 
 ``read_body`` reads a request body counting bytes as they stream in and stops at the limit: a
 client cannot make the server buffer more than ``max_body`` bytes (413 ``InvalidBatch``).
@@ -18,6 +20,7 @@ import orjson
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from engine.service import console
 from engine.service.problems import CONTENT_TYPE, problem_of
 from schemas.errors import InvalidBatch, Unauthorized
 
@@ -45,7 +48,7 @@ class BearerAuth:
         self._expected = token.encode("utf-8")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in PUBLIC:
+        if scope["type"] != "http" or scope["path"] in PUBLIC or console.is_public(scope["path"]):
             await self.app(scope, receive, send)
             return
         given = next((v for k, v in scope["headers"] if k == b"authorization"), b"")

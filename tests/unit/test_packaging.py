@@ -29,6 +29,8 @@ def test_wheel_contains_every_package_and_its_type_marker(tmp_path: Path) -> Non
     assert expected and expected <= names, sorted(expected - names)
     assert {"engine/py.typed", "projections/py.typed", "schemas/py.typed"} <= names
     assert any(n.startswith("schemas/") and n.endswith(".avsc") for n in names)
+    console = {f"engine/service/console/{p.name}" for p in (ROOT / "engine" / "service" / "console").iterdir()}
+    assert "engine/service/console/index.html" in console and console <= names, sorted(console - names)
     benches = {f"bench/{p.name}" for p in (ROOT / "bench").glob("*.py")}
     assert "bench/bench_engine.py" in benches and benches <= names, sorted(benches - names)
     installed = tmp_path / "site"
