@@ -238,7 +238,7 @@ def test_clear_needs_the_id_typed_then_shows_the_closed_banner(watched: Watched,
     expect(page.get_by_test_id("closed-banner")).to_be_visible(timeout=WAIT)
 
 
-def test_ops_page_shows_stats_and_cluster(watched: Watched) -> None:
+def test_ops_page_shows_stats_and_cluster(watched: Watched, server: Server) -> None:
     page = watched.page
     page.goto(f"{watched.origin}/console/#/ops")
     stats = page.get_by_test_id("stats")
@@ -251,6 +251,28 @@ def test_ops_page_shows_stats_and_cluster(watched: Watched) -> None:
     expect(cluster).to_contain_text(watched.origin)
     expect(cluster.locator("tbody tr").first).to_contain_text(watched.origin)
     expect(page.get_by_test_id("nav-ops")).to_have_attribute("aria-current", "page")
+
+    # the cluster map: one member per owner URL, this server marked, its console a plain link
+    cluster_doc = call(server.url, "GET", "/v1/cluster")[2]
+    members = cluster.get_by_test_id("member")
+    expect(members).to_have_count(len(set(cluster_doc["owners"].values())))
+    me = cluster.locator("[data-testid=member][data-self=true]")
+    expect(me).to_have_count(1)
+    expect(me).to_have_attribute("data-url", watched.origin)
+    expect(me).to_contain_text("this server")
+    link = me.locator("a").first
+    expect(link).to_have_attribute("href", re.compile(r"/console/$"))
+    assert link.get_attribute("href") == f"{watched.origin}/console/"
+    mine = sorted(int(p) for p, url in cluster_doc["owners"].items() if url == cluster_doc["self"])
+    assert mine == list(range(cluster_doc["partitions"]))  # one server (no --group) owns every partition
+    listed = me.locator("[data-partition]")
+    expect(listed).to_have_count(len(mine))
+    assert [int(p) for p in listed.evaluate_all("els => els.map(e => e.dataset.partition)")] == mine
+    lags = me.locator("[data-lag]").evaluate_all("els => els.map(e => e.dataset.lag)")  # this server's own lag
+    assert len(lags) == len(mine) and all(re.fullmatch(r"[0-9]+", lag) for lag in lags), lags
+    expect(cluster).to_contain_text("open a member's console for its lag")
+    expect(cluster.locator("[data-unowned]")).to_be_hidden()  # every partition has an owner
+    expect(cluster).not_to_contain_text("null")
     shot(page, "ops")
 
 
@@ -267,6 +289,20 @@ def test_api_page_renders_the_openapi_document(watched: Watched, server: Server)
         "[data-testid=api-path][data-method=PUT][data-path='/v1/conversations/{c}/appends/{a}']")
     expect(append_entry).to_contain_text("AppendBody")
     expect(append_entry).to_contain_text("ReceiptModel")
+    # the append body's fields, its $ref into components.schemas resolved
+    operation = document["paths"]["/v1/conversations/{c}/appends/{a}"]["put"]
+    body_ref = operation["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    body_schema = document["components"]["schemas"][body_ref.rsplit("/", 1)[-1]]
+    body_block = append_entry.locator("[data-testid=api-schema][data-kind=request]")
+    expect(body_block).to_have_count(1)
+    expect(body_block).to_contain_text(body_ref.rsplit("/", 1)[-1])
+    for name in body_schema["properties"]:
+        expect(body_block.locator(f"tr[data-field='{name}']")).to_contain_text(name)
+    required = body_schema["required"][0]
+    expect(body_block.locator(f"tr[data-field='{required}'] td").nth(1)).to_have_text("yes")
+    ok_block = append_entry.locator("[data-testid=api-schema][data-kind=response]")
+    expect(ok_block).to_contain_text("ReceiptModel")
+    expect(ok_block.locator("tr[data-field=digest]")).to_contain_text("string")
     messages = page.locator("[data-testid=api-path][data-method=GET][data-path='/v1/conversations/{c}/messages']")
     expect(messages).to_contain_text("include_hidden")
     expect(messages).to_contain_text("The stored messages of a conversation")

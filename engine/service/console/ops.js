@@ -1,5 +1,6 @@
 // #/ops: /v1/stats (offsets, lag, outcome counts, poison, erased) and /v1/cluster (each
-// partition's owner), refreshed every few seconds.
+// partition's owner, and each member with its partitions and a link to its own console),
+// refreshed every few seconds. Only this server is asked: other members' lag is on their consoles.
 import { api } from "./api.js";
 import { clear, h } from "./dom.js";
 
@@ -29,13 +30,44 @@ function renderStats(box, s) {
       : h("p", { "data-count": "poison", text: "None" }));
 }
 
-function renderCluster(box, cl) {
+// A member's console, as a plain link (never fetched from here); only http(s) URLs become links.
+function memberLink(url) {
+  return /^https?:\/\//i.test(url) ? h("a", { href: `${url.replace(/\/+$/, "")}/console/`, text: url }) : h("code", { text: url });
+}
+
+function lagOf(s, p) {
+  return s && Array.isArray(s.lag) && s.lag[p] !== undefined ? s.lag[p] : null;
+}
+
+function renderCluster(box, cl, s) {
   clear(box);
+  const members = new Map(); // owner URL -> its partitions, in order
+  for (const [p, url] of Object.entries(cl.owners).sort((a, b) => Number(a[0]) - Number(b[0]))) {
+    if (!members.has(url)) members.set(url, []);
+    members.get(url).push(Number(p));
+  }
+  const owned = new Set(Object.keys(cl.owners).map(Number));
+  const unowned = [];
+  for (let p = 0; p < (cl.partitions || 0); p++) if (!owned.has(p)) unowned.push(p);
+  const urls = [...members.keys()].sort((a, b) => (a === cl.self ? -1 : b === cl.self ? 1 : a.localeCompare(b)));
+  const lagCell = (p, url) => (url === cl.self && lagOf(s, p) !== null ? lagOf(s, p) : "—");
   box.append(
     h("h2", { text: "Cluster" }),
     h("p", {}, cl.group === null ? "Single server (no --group): it owns every partition." : `Group ${cl.group}, generation ${cl.generation}.`,
       " This server: ", h("code", { text: cl.self || "?" })),
-    table("Partition owners", ["partition", "owner"], Object.entries(cl.owners).map(([p, url]) => [p, url])));
+    h("h3", { text: "Members" }),
+    h("ul", { class: "members", "aria-label": "Members" }, urls.map((url) => {
+      const self = url === cl.self;
+      return h("li", { testid: "member", class: self ? "member self" : "member", "data-url": url, "data-self": self ? "true" : "false" },
+        memberLink(url), self ? h("strong", { class: "self-mark", text: " (this server)" }) : null,
+        ` — ${members.get(url).length} partition${members.get(url).length === 1 ? "" : "s"}: `,
+        h("ul", { class: "partitions", "aria-label": `Partitions of ${url}` }, members.get(url).map((p) => h("li", { "data-partition": p },
+          `${p}`, self && lagOf(s, p) !== null ? h("span", { class: "lag", "data-lag": lagOf(s, p), text: ` (lag ${lagOf(s, p)})` }) : null))));
+    })),
+    h("p", { class: "error", hidden: !unowned.length, "data-unowned": unowned.join(","), text: `Unowned partitions: ${unowned.join(", ")}` }),
+    h("p", { class: "dim note", text: "Lag is shown for this server's partitions only: other members' lag is not available from this page, open a member's console for its lag." }),
+    table("Partition owners", ["partition", "owner", "lag"], Object.entries(cl.owners)
+      .map(([p, url]) => [p, url === cl.self ? `${url} (this server)` : url, lagCell(Number(p), url)])));
 }
 
 export function opsPage(view) {
@@ -48,7 +80,7 @@ export function opsPage(view) {
       const [s, cl] = await Promise.all([api("/v1/stats"), api("/v1/cluster")]);
       if (!alive) return;
       renderStats(stats, s);
-      renderCluster(cluster, cl);
+      renderCluster(cluster, cl, s);
       status.textContent = `Updated ${new Date().toLocaleTimeString()} (every ${EVERY_MS / 1000} s)`;
     } catch (err) {
       status.textContent = `Could not refresh: ${err.message}`;
