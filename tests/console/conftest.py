@@ -108,8 +108,10 @@ def token_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     yield from serve(data, {"HISTLOG_TOKEN": "console-secret"})
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for one module's tests. Never longer: Playwright's sync API runs an event loop in
+    this thread while it lives, and every later test that calls ``asyncio.run`` would fail."""
     if not CHROMIUM.exists():
         _unavailable(f"{CHROMIUM} is not installed (apt-get install chromium)")
     try:
