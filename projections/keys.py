@@ -3,6 +3,8 @@ navigation indexes included (the row values' formats, named in the table, are ``
 One home for every key byte: every prefix and the table of every keyspace are here, with the
 history's key builders; the builders of the features' keyspaces (runs, slots, assets, deletes,
 graph checkpoints) are ``projections.feature_keys``, over these prefixes. No other module spells one.
+About 530 lines on purpose: the table below (about 90 lines) describes every keyspace in one place,
+beside the builders of the history's keys it documents.
 
 All integers are fixed-width big-endian so byte order is numeric order. IDs cannot contain
 control characters, so ``0x1F`` after a conversation id ends it unambiguously and

@@ -1,5 +1,6 @@
-"""``KafkaLog``: the history log on an Apache Kafka topic (kafka-python 3.0.x). About 540 lines:
-the producer face, the consumer faces and the one error translation they share stay together.
+"""``KafkaLog``: the history log on an Apache Kafka topic (kafka-python 3.0.x). About 550 lines
+on purpose: the producer face, the consumer faces and the one error translation they share stay
+together, so no Kafka error is translated in two places.
 
 * Settings (``engine.log.kafka_topic``): the bootstrap string is checked before any I/O
   (``InvalidConfiguration``). The topic is created when missing with ``retention.ms=-1``,
