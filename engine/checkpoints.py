@@ -117,24 +117,13 @@ class EngineCheckpoints(EngineReads):
     _store: StateStore
 
     def _settle_all(self, records: Iterable[tuple[str, str, bytes]], timeout: float) -> None:
-        """Write ``(thread, kind, content)`` records, all before waiting on any (one projector step
-        decides many), then wait for each; the first failure is raised once all were waited on."""
+        """Write ``(thread, kind, content)`` records, all before waiting on any (``Writes.settle_all``)."""
         writes = self._writes
-        submitted: list[Submitted] = []
-        failure: BaseException | None = None
-        for thread, kind, content in records:
-            try:
-                submitted.append(writes.submit_checkpointed(thread, kind, content, timeout))
-            except BaseException as e:
-                failure = e
-                break
-        for one in submitted:
-            try:
-                writes.settle(one)
-            except BaseException as e:
-                failure = failure or e
-        if failure is not None:
-            raise failure
+
+        def submit(thread: str, kind: str, content: bytes) -> Callable[[], Submitted]:
+            return lambda: writes.submit_checkpointed(thread, kind, content, timeout)
+
+        writes.settle_all([submit(*record) for record in records])
 
     def put_checkpoint(self, thread_id: str, checkpoint_ns: str, checkpoint_id: str, *, parent_id: str | None,
                        run_id: str | None, checkpoint: Typed, metadata: Typed, versions: Mapping[str, str],

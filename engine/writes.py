@@ -374,22 +374,31 @@ class Writes:
         and one erasure (one flush, one compaction) forgets them together. Every clear written is
         waited on (its ticket released) even when another fails; the first failure is raised
         after that, and calling again clears the rest (a cleared conversation is not listed)."""
+        def submit(c: str) -> Callable[[], Submitted]:
+            return lambda: self.submit_clear(c, timeout, lead=False)
+
         for start in range(0, len(ids), CLEAR_BATCH):
-            submitted: list[Submitted] = []
-            failure: BaseException | None = None
-            for c in ids[start:start + CLEAR_BATCH]:
-                try:
-                    submitted.append(self.submit_clear(c, timeout, lead=False))
-                except BaseException as e:
-                    failure = e
-                    break
-            for one in submitted:
-                try:
-                    self.settle(one)
-                except BaseException as e:
-                    failure = failure or e
-            if failure is not None:
-                raise failure
+            self.settle_all([submit(c) for c in ids[start:start + CLEAR_BATCH]])
+
+    def settle_all(self, submits: Sequence[Callable[[], Submitted]]) -> None:
+        """Run every submit before waiting on any (one projector step decides many), then wait for
+        each written one (its ticket released) even when another fails; the first failure (a
+        submit stops the rest) is raised once all were waited on."""
+        submitted: list[Submitted] = []
+        failure: BaseException | None = None
+        for submit in submits:
+            try:
+                submitted.append(submit())
+            except BaseException as e:
+                failure = e
+                break
+        for one in submitted:
+            try:
+                self.settle(one)
+            except BaseException as e:
+                failure = failure or e
+        if failure is not None:
+            raise failure
 
     @property
     def sealing(self) -> bool:
