@@ -35,6 +35,7 @@ from engine.checkpoints import EngineCheckpoints
 from engine.keys import KeyStore, master_key_from
 from engine.log.base import Log
 from engine.log.file import FsyncPolicy
+from engine.ownership import EnginePartitions
 from engine.runs import EngineRuns
 from engine.state import open_file_parts, open_kafka_parts, open_key_store
 from engine.writes import Writes, receipt_of
@@ -103,7 +104,7 @@ class EngineStats:
     """Messages deleted (``delete_messages``), each once, visible or hidden then."""
 
 
-class HistoryEngine(EngineRuns, EngineCheckpoints):
+class HistoryEngine(EngineRuns, EngineCheckpoints, EnginePartitions):
     """One history store: a log (file or Kafka) and this instance's RocksDB projections.
 
     Thread-safe: many threads may append and read at once. Use ``HistoryEngine.open``.
@@ -232,18 +233,21 @@ class HistoryEngine(EngineRuns, EngineCheckpoints):
                 store.close()
             raise
 
-    def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None) -> bool:
+    def catch_up(self, *, timeout: float | None = None, progress: Progress | None = None,
+                 standbys: bool = False) -> bool:
         """Wait until the state has applied everything the log held when this was called, on
-        the partitions this engine owns.
+        the partitions this engine owns (and, with ``standbys=True``, on its standby replicas).
 
         ``timeout``: seconds (``None``, the default: until caught up); False when it ran out.
         """
         if timeout is not None:
             check_timeout(timeout)
-        owned = self._projector.owned
+        if not isinstance(standbys, bool):
+            raise InvalidConfiguration(f"catch_up(standbys=...) takes a bool, got {standbys!r}")
+        owned = self._projector.applying if standbys else self._projector.owned
         targets = [end if p in owned else 0 for p, end in enumerate(self._log.end_offsets())]
         if progress is None:
-            return self._projector.wait_offsets(targets, timeout)
+            return self._projector.wait_offsets(targets, timeout, standbys=standbys)
         def owned_applied() -> int:
             return sum(a for p, a in enumerate(self._projector.applied_offsets()) if p in owned)
 
@@ -251,7 +255,7 @@ class HistoryEngine(EngineRuns, EngineCheckpoints):
         total = max(sum(targets) - start, 0)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            done = self._projector.wait_offsets(targets, 0.2)  # wake-ups to report progress
+            done = self._projector.wait_offsets(targets, 0.2, standbys=standbys)  # wake-ups to report progress
             applied = min(owned_applied() - start, total)
             progress(applied, total)
             if done:
@@ -266,39 +270,6 @@ class HistoryEngine(EngineRuns, EngineCheckpoints):
         replay (a rebuild, a custom projection's catch-up) gives nothing of a cleared
         conversation's sealed records but its ``ClearEvent``: their content is gone."""
         return self._writes.sealing
-
-    # -- owned partitions (a cluster member, docs/design.md §9) ----------------------------------
-    @property
-    def owned(self) -> frozenset[int]:
-        """The partitions this engine applies and serves (all of them unless opened with ``owned``)."""
-        return self._projector.owned
-
-    def partition_state(self, partition: int) -> PartitionState:
-        """``"not_owned"``, ``"catching_up"`` (taken on, not yet at the log end seen at ``assign``:
-        its calls raise ``NotReady``) or ``"ready"``."""
-        (p,) = check_partitions([partition], self._log.partitions)
-        return self._projector.partition_state(p)
-
-    def assign(self, parts: Iterable[int]) -> None:
-        """Take partitions on: each resumes from its own checkpoint (offset 0 without state) and is
-        ``catching_up`` until it has applied the log end seen now, then ``ready``. Returns at once
-        (the projector catches up in the background); partitions owned already are left alone."""
-        owned = check_partitions(parts, self._log.partitions)
-        self._check_open()
-        self._projector.assign(owned, self._log.end_offsets())
-
-    def revoke(self, parts: Iterable[int], drop: bool = False) -> None:
-        """Give partitions up. Their calls raise ``NotOwner`` from the moment this begins; it
-        returns once the projector no longer applies them. A write of this engine still waiting
-        for its decision on one raises ``CommitUnconfirmed`` (its record is in the log; the new
-        owner decides it: resend the same batch there). ``drop=True`` also deletes their state
-        (one WriteBatch), so a later ``assign`` rebuilds them from offset 0; otherwise it stays
-        and a later ``assign`` resumes from its checkpoint."""
-        gone = check_partitions(parts, self._log.partitions)
-        if not isinstance(drop, bool):
-            raise InvalidConfiguration(f"revoke(drop=...) takes a bool, got {drop!r}")
-        self._check_open()
-        self._projector.revoke(gone, drop=drop)
 
     # -- writes --------------------------------------------------------------------------------
     EMPTY = EMPTY

@@ -74,6 +74,8 @@ class Ownership:
     _waiters: list[list[tuple[int, int, Wake]]]
     _cursor: _Cursor | None
     _owned: frozenset[int]
+    _standby: frozenset[int]  # applied, not served (a standby replica); disjoint from ``_owned``
+    _applying: frozenset[int]  # ``_owned | _standby``: what a step applies and the cursor reads
     _catching: dict[int, int]  # taken on -> the log end seen then, until applied reaches it
     _unsynced: set[int]  # taken on; the cursor is not yet positioned at its checkpoint
     _replan: bool  # the cursor must follow ``_owned`` (done on the projector thread)
@@ -84,7 +86,7 @@ class Ownership:
         with self._step_lock:
             if not self._replan:
                 return
-            cursor.assign({p: self._applied[p] for p in self._owned})
+            cursor.assign({p: self._applied[p] for p in self._applying})
             self._replan = False
             self._unsynced.clear()
 
@@ -92,6 +94,18 @@ class Ownership:
     def owned(self) -> frozenset[int]:
         with self._cond:
             return self._owned
+
+    @property
+    def standbys(self) -> frozenset[int]:
+        """The partitions applied as a standby replica: kept current, never served."""
+        with self._cond:
+            return self._standby
+
+    @property
+    def applying(self) -> frozenset[int]:
+        """What the projector applies: the owned partitions and the standbys."""
+        with self._cond:
+            return self._applying
 
     def partition_state(self, partition: int) -> PartitionState:
         with self._cond:
@@ -106,26 +120,36 @@ class Ownership:
 
     def assign(self, parts: Iterable[int], ends: Sequence[int]) -> None:
         """Take ``parts`` on: each resumes from its checkpoint, ``catching_up`` until it has
-        applied ``ends[p]`` (the log end seen now). Returns at once; the projector catches up."""
+        applied ``ends[p]`` (the log end seen now). Returns at once; the projector catches up.
+        A standby taken on is promoted where it stands: only the tail it had not applied yet."""
         with self._step_lock:
             new = frozenset(parts) - self._owned
             if not new:
                 return
             with self._cond:
+                cold = new - self._standby
                 for p in new:
                     if self._applied[p] < ends[p]:
                         self._catching[p] = ends[p]
                 self._owned = self._owned | new
-            self._unsynced |= new
-            self._replan = True
-        self._wake_cursor()
+                self._standby = self._standby - new
+                self._applying = self._owned | self._standby
+            if cold:
+                self._unsynced |= cold
+                self._replan = True
+        if cold:
+            self._wake_cursor()
 
-    def revoke(self, parts: Iterable[int], *, drop: bool = False) -> None:
+    def revoke(self, parts: Iterable[int], *, drop: bool = False, standby: bool = False) -> None:
         """Give ``parts`` up (see the module): not served from the start of this call, not applied
-        once it returns; ``drop`` deletes their state too (a later ``assign`` rebuilds from 0)."""
+        once it returns; ``drop`` deletes their state too (a later ``assign`` rebuilds from 0).
+        ``standby``: go on applying them as a standby replica instead (never with ``drop``)."""
         gone = frozenset(parts)
         with self._cond:
             self._owned = self._owned - gone
+            if standby:
+                self._standby = self._standby | gone
+            self._applying = self._owned | self._standby
             for p in gone:
                 self._catching.pop(p, None)
                 for _, _, wake in self._waiters[p]:
@@ -134,17 +158,51 @@ class Ownership:
             self._cond.notify_all()  # ``wait_offsets`` stops waiting for them
         self.deliveries.abandon(lambda key: partition_for_key(key, self.partitions) in gone)
         with self._step_lock:  # the step in progress ends first; later steps skip ``gone``
-            if drop and gone:
-                tx = self.store.tx()
-                for p in sorted(gone):
-                    drop_partition(self.store, tx, p, self.partitions)
-                tx.commit()
-                with self._cond:
-                    for p in gone:
-                        self._applied[p] = 0
-                        self._stats[p] = Stats()
+            self._dropped(gone, drop)
+            self._replan = self._replan or not standby
+        if not standby:
+            self._wake_cursor()
+
+    def add_standbys(self, parts: Iterable[int]) -> None:
+        """Apply ``parts`` as a standby replica: from their checkpoints (offset 0 without state),
+        kept current with the log, never served (their calls stay ``NotOwner``). Owned partitions
+        and standbys already are left alone. Returns at once."""
+        with self._step_lock:
+            with self._cond:
+                new = frozenset(parts) - self._applying
+                if not new:
+                    return
+                self._standby = self._standby | new
+                self._applying = self._owned | self._standby
+            self._unsynced |= new
             self._replan = True
         self._wake_cursor()
+
+    def remove_standbys(self, parts: Iterable[int], *, drop: bool = False) -> None:
+        """Stop applying the standbys ``parts`` (others are left alone); not applied once this
+        returns. ``drop`` deletes their state too."""
+        with self._cond:
+            gone = frozenset(parts) & self._standby
+            if not gone:
+                return
+            self._standby = self._standby - gone
+            self._applying = self._owned | self._standby
+        with self._step_lock:
+            self._dropped(gone, drop)
+            self._replan = True
+        self._wake_cursor()
+
+    def _dropped(self, gone: frozenset[int], drop: bool) -> None:
+        """Under the step lock: delete the state of ``gone`` when ``drop`` (one WriteBatch)."""
+        if drop and gone:
+            tx = self.store.tx()
+            for p in sorted(gone):
+                drop_partition(self.store, tx, p, self.partitions)
+            tx.commit()
+            with self._cond:
+                for p in gone:
+                    self._applied[p] = 0
+                    self._stats[p] = Stats()
 
     def check_owned(self, key: bytes) -> None:
         """``NotOwner`` unless the partition of the record ``key`` is owned. A writer calls this

@@ -22,9 +22,12 @@ resumes from its own checkpoint and is ``catching_up`` until it has applied the 
 ``not_owned``, waiters on them raise ``NotOwner``, writers waiting for a decision on them get
 none: ``CommitUnconfirmed``, since their record is in the log and its new owner decides it), then
 waits for the step in progress, after which no step applies them; ``drop=True`` deletes their
-state in one WriteBatch. The cursor follows the owned set on the projector thread (a Kafka
-consumer is not thread-safe): records of a partition not owned, or taken on but not yet
-re-positioned at its checkpoint, are skipped, never applied out of order.
+state in one WriteBatch. ``add_standbys`` applies partitions without serving them (a standby
+replica: their calls stay ``NotOwner``, their events go to no subscription); ``assign`` promotes
+a standby where it stands, so taking it on costs only the tail it had not applied. The cursor
+follows the owned and standby sets on the projector thread (a Kafka consumer is not
+thread-safe): records of a partition not applied, or taken on but not yet re-positioned at its
+checkpoint, are skipped, never applied out of order.
 """
 
 from __future__ import annotations
@@ -114,9 +117,11 @@ class Projector(Ownership, Positions):
         self.keys = keys_
         self.partitions = partitions
         self._owned = frozenset(range(partitions)) if owned is None else frozenset(owned)
+        self._standby: frozenset[int] = frozenset()
+        self._applying = self._owned
         self._catching: dict[int, int] = {}  # taken on -> the log end seen then, until applied reaches it
         self._unsynced: set[int] = set()  # taken on; the cursor is not yet positioned at its checkpoint
-        self._replan = False  # the cursor must follow ``_owned`` (done on the projector thread)
+        self._replan = False  # the cursor must follow ``_applying`` (done on the projector thread)
         self.applied_records = [0] * partitions
         """Records applied per partition since this projector started (what a resume re-applied)."""
         self._cond = threading.Condition()
@@ -146,8 +151,8 @@ class Projector(Ownership, Positions):
         """Open a cursor at the checkpoints and consume on a daemon thread until ``stop()``."""
         offsets = self.applied_offsets()
         self._cursor = open_cursor(dict(enumerate(offsets)))
-        if self._owned != frozenset(range(self.partitions)):
-            self._cursor.assign({p: offsets[p] for p in self._owned})
+        if self._applying != frozenset(range(self.partitions)):
+            self._cursor.assign({p: offsets[p] for p in self._applying})
         self._thread = threading.Thread(target=self._run, name="histlog-projector", daemon=True)
         self._thread.start()
 
@@ -208,13 +213,13 @@ class Projector(Ownership, Positions):
         stats = list(self._stats)
         applied = list(self._applied)
         counted = [0] * self.partitions
-        owned, unsynced = self._owned, self._unsynced
+        applying, unsynced, standby = self._applying, self._unsynced, self._standby
         decided: list[tuple[LogPosition, bytes, Decision]] = []
         events: list[ProjectedEvent] = []
         want_events = bool(live) or self.deliveries.wants_events
         for r in records:
             p, o = r.partition, r.offset
-            if o < applied[p] or p not in owned or p in unsynced:
+            if o < applied[p] or p not in applying or p in unsynced:
                 continue  # Invariant: replays after a seek never apply a record twice, nor skip one.
             if not counted[p]:
                 stats[p] = stats[p].copy()
@@ -250,6 +255,8 @@ class Projector(Ownership, Positions):
             for p in [p for p, end in self._catching.items() if applied[p] >= end]:
                 del self._catching[p]
             self._wake_locked()
+        if standby and events:  # a standby's events are its owner's to deliver
+            events = [e for e in events if e.position.partition not in standby]
         self.deliveries.publish(decided, events)
 
     def _erase(self, decided: list[tuple[LogPosition, bytes, Decision]], live: Mapping[str, Projection],
@@ -374,7 +381,7 @@ class Projector(Ownership, Positions):
         done = [0] * self.partitions  # next offset of the scratch admission, per partition
         while True:
             targets = self.applied_offsets()
-            owned = self.owned
+            owned = self.applying  # a standby's custom rows are kept current too
             total = sum(targets[p] for p in owned)
             for p in sorted(owned):
                 empty_reads = 0
@@ -397,10 +404,10 @@ class Projector(Ownership, Positions):
                         progress(sum(done), total)
             with self._step_lock:
                 applied = self.applied_offsets()
-                if any(done[p] > applied[p] for p in self._owned):
+                if any(done[p] > applied[p] for p in self._applying):
                     raise ProjectionError(f"a partition was dropped while projection {name!r} caught up; "
                                           "register it again")
-                if all(done[p] == applied[p] for p in self._owned):
+                if all(done[p] == applied[p] for p in self._applying):
                     self._live[name] = projection
                     return cleared
 

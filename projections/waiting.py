@@ -35,6 +35,7 @@ class Positions:
     failure: BaseException | None
     _cond: threading.Condition
     _owned: frozenset[int]
+    _applying: frozenset[int]
     _applied: list[int]
     _waiters: list[list[tuple[int, int, Wake]]]  # (offset, seq, wake) heaps per partition
     _waiter_seq: int
@@ -121,12 +122,13 @@ class Positions:
             if position.partition not in self._owned:  # revoked while waiting
                 raise self._not_owner(position.partition)
 
-    def wait_offsets(self, targets: Sequence[int], timeout: float | None) -> bool:
-        """Wait until every owned partition has applied up to ``targets[p]`` (exclusive); one
-        revoked meanwhile is no longer waited for."""
+    def wait_offsets(self, targets: Sequence[int], timeout: float | None, *, standbys: bool = False) -> bool:
+        """Wait until every owned partition (and standby, with ``standbys``) has applied up to
+        ``targets[p]`` (exclusive); one revoked (or removed) meanwhile is no longer waited for."""
         def done() -> bool:
+            waited = self._applying if standbys else self._owned
             return self.failure is not None or all(
-                t <= 0 or p not in self._owned or self._visible(p) >= t for p, t in enumerate(targets))
+                t <= 0 or p not in waited or self._visible(p) >= t for p, t in enumerate(targets))
 
         with self._cond:
             ok = self._cond.wait_for(done, timeout)

@@ -37,6 +37,7 @@ from engine.cli.exits import OK, UNAVAILABLE, UsageError
 from engine.cli.target import Target
 from engine.cluster.member import ClusterCollector, ClusterMember, ClusterReadiness
 from engine.cluster.membership import DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT
+from engine.cluster.standbys import MAX_STANDBYS
 from engine.render import one_line
 from engine.service.app import build_app
 from engine.service.auth import DEFAULT_MAX_BODY
@@ -100,14 +101,16 @@ class Cluster:
     advertise: str
     session_timeout: float
     instance_id: str | None = None
+    standbys: int = 0
 
 
 def cluster_of(ns: argparse.Namespace, target: Target) -> Cluster | None:
     """The cluster flags checked before anything is opened (``UsageError`` naming what to add)."""
     group, advertise, timeout, instance = ns.group, ns.advertise, ns.session_timeout, ns.instance_id
+    standbys = ns.standbys
     if group is None:
-        if advertise is not None or timeout is not None or instance is not None:
-            raise UsageError("--advertise, --session-timeout and --instance-id apply to --group NAME "
+        if advertise is not None or timeout is not None or instance is not None or standbys is not None:
+            raise UsageError("--advertise, --session-timeout, --instance-id and --standbys apply to --group NAME "
                              "(a cluster member): add --group")
         return None
     if not group.strip():
@@ -133,7 +136,11 @@ def cluster_of(ns: argparse.Namespace, target: Target) -> Cluster | None:
                          "(Kafka's group.min.session.timeout.ms is 6 s by default)")
     if instance is not None and not instance.strip():
         raise UsageError("--instance-id is empty: give this member's stable name, or leave it out")
-    return Cluster(group, advertise.rstrip("/"), float(timeout), instance)
+    standbys = 0 if standbys is None else standbys
+    if not 0 <= standbys <= MAX_STANDBYS:
+        raise UsageError(f"invalid --standbys {standbys}: expected 0..{MAX_STANDBYS} (copies of each partition's "
+                         "state kept by other members; 1 is the usual choice)")
+    return Cluster(group, advertise.rstrip("/"), float(timeout), instance, standbys)
 
 
 def advertised_url(advertise: str, bound_port: int) -> str:
@@ -241,7 +248,8 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
                 url = advertised_url(cluster.advertise, sockets[0].getsockname()[1])
                 member = stack.enter_context(ClusterMember(engine, target.kafka, target.topic, cluster.group, url,
                                                            session_timeout=cluster.session_timeout,
-                                                           instance_id=cluster.instance_id))
+                                                           instance_id=cluster.instance_id,
+                                                           standbys=cluster.standbys))
                 readiness = ClusterReadiness(member)
                 described += f", member of group {cluster.group} as {url}"
             extras = observability(engine, readiness=readiness)  # events, /metrics, /healthz, /readyz
@@ -300,3 +308,7 @@ def add_serve(command: argparse.ArgumentParser, integer: type[int] | object) -> 
                          help="with --group: a stable name for this member (Kafka static membership): restarted "
                               "within the session timeout it gets its partitions back without a rebalance; the "
                               "price: a stop hands them over only after the session timeout")
+    cluster.add_argument("--standbys", metavar="K", type=integer, default=None,  # type: ignore[arg-type]
+                         help="with --group: K other members keep each partition's state current as a standby "
+                              "(default 0; give every member the same K), so a failover costs the session "
+                              "timeout plus the tail, not a replay")

@@ -7,7 +7,8 @@ leader put bytes in each member's assignment. histlog uses both (issue 14):
   for, with each one's checkpoint (``encode_url``; ``held`` below);
 * assignment ``user_data``: the whole partition -> URL map the leader computed, identical for
   every member of one generation (``encode_owners``), so every member, and ``GET /v1/cluster``,
-  knows every owner without asking anyone else.
+  knows every owner without asking anyone else; with ``--standbys K``, also each partition's
+  standbys (``engine.cluster.standbys``: the leader's K decides).
 
 Placement is kafka-python's ``CooperativeStickyAssignor`` (KIP-429): a join or a leave moves
 only the partitions balance needs, and a partition moving between two live members is first
@@ -48,8 +49,8 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssignor
@@ -57,8 +58,10 @@ from kafka.coordinator.assignors.sticky.sticky_assignor import StickyAssignmentE
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from kafka.structs import TopicPartition
 
-__all__ = ["ASSIGNOR_NAME", "GroupAssignment", "OwnershipAssignor", "decode_owners", "decode_state", "decode_url",
-           "encode_owners", "encode_url", "prefer_state"]
+from engine.cluster.standbys import place_standbys
+
+__all__ = ["ASSIGNOR_NAME", "GroupAssignment", "OwnershipAssignor", "decode_owners", "decode_standbys",
+           "decode_state", "decode_url", "encode_owners", "encode_url", "prefer_state"]
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +101,27 @@ def decode_url(data: bytes | None) -> str | None:
     return url if isinstance(url, str) and url else None
 
 
-def encode_owners(partitions: int, owners: Mapping[int, str]) -> bytes:
-    body = {"v": _FORMAT, "partitions": partitions, "owners": {str(p): u for p, u in sorted(owners.items())}}
+def encode_owners(partitions: int, owners: Mapping[int, str],
+                  standbys: Mapping[int, Sequence[str]] | None = None) -> bytes:
+    """An assignment's user data: the owner map and, if any, each partition's standbys' URLs (a
+    reader that predates ``standbys`` ignores it)."""
+    body: dict[str, object] = {"v": _FORMAT, "partitions": partitions,
+                               "owners": {str(p): u for p, u in sorted(owners.items())}}
+    if standbys:
+        body["standbys"] = {str(p): list(us) for p, us in sorted(standbys.items()) if us}
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_standbys(data: bytes | None) -> dict[int, tuple[str, ...]]:
+    """The ``standbys`` of ``encode_owners`` (``{}`` when absent or unreadable: no standbys)."""
+    try:
+        obj = json.loads(data or b"")
+        raw = obj.get("standbys") if isinstance(obj, dict) and obj.get("v") == _FORMAT else None
+        if not isinstance(raw, dict):
+            return {}
+        return {int(p): tuple(u for u in us if isinstance(u, str)) for p, us in raw.items() if isinstance(us, list)}
+    except (ValueError, UnicodeDecodeError, AttributeError, TypeError):
+        return {}
 
 
 def decode_owners(data: bytes | None) -> tuple[int, dict[int, str]] | None:
@@ -155,12 +176,14 @@ class GroupAssignment:
     generation: int
     partitions: int
     owners: Mapping[int, str]
+    standbys: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # partition -> standbys' URLs
 
 
 class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
     """Cooperative-sticky assignment whose user data carries URLs (see the module docstring).
 
-    One instance per member: ``advertise`` (and ``held()``: partition -> checkpoint of the
+    One instance per member: ``standbys`` is K, the standbys per partition the leader places
+    (``engine.cluster.standbys``); ``advertise`` (and ``held()``: partition -> checkpoint of the
     partitions whose state this member keeps, called on kafka-python's IO thread at each join, so
     it must not block) is what this member puts in its subscription; the leader's instance reads
     every member's and writes the map into every assignment. ``latest`` is the last
@@ -169,9 +192,11 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
 
     name = ASSIGNOR_NAME
 
-    def __init__(self, advertise: str, topic: str, held: Callable[[], Mapping[int, int]] | None = None) -> None:
+    def __init__(self, advertise: str, topic: str, held: Callable[[], Mapping[int, int]] | None = None,
+                 standbys: int = 0) -> None:
         super().__init__()
         self.advertise = advertise
+        self.standbys = standbys
         self.topic = topic
         self._held = held
         self._lock = threading.Lock()
@@ -202,7 +227,7 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
         self.member_assignment = None
         with self._lock:
             if self._latest is not None:
-                self._latest = GroupAssignment(-1, self._latest.partitions, self._latest.owners)
+                self._latest = GroupAssignment(-1, self._latest.partitions, self._latest.owners, {})
 
     def metadata(self, topics: Any) -> ConsumerProtocolSubscription:
         base = super().metadata(topics)
@@ -217,7 +242,8 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
                                             owned_partitions=base.owned_partitions)
 
     def assign(self, cluster: Any, members: Any) -> dict[str, ConsumerProtocolAssignment]:
-        placed = self._cooperative(cluster, members)
+        held = {m.member_id: decode_state(m.metadata.user_data) for m in members}
+        placed, final = self._cooperative(cluster, members, held)
         urls = {m.member_id: decode_url(m.metadata.user_data) for m in members}
         owners: dict[int, str] = {}
         for member_id, assignment in placed.items():
@@ -227,15 +253,20 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
                 continue
             owners.update({tp.partition: url for tp in assignment.partitions() if tp.topic == self.topic})
         partitions = len(cluster.partitions_for_topic(self.topic) or ())
-        blob = encode_owners(partitions, owners)
+        reachable = [m for m, u in urls.items() if u is not None]
+        standbys = {p: tuple(sorted(str(urls[m]) for m in ms))
+                    for p, ms in place_standbys(final, reachable, held, self.standbys).items()}
+        blob = encode_owners(partitions, owners, standbys)
         return {member_id: ConsumerProtocolAssignment(a.version, a.assigned_partitions, blob)
                 for member_id, a in placed.items()}
 
-    def _cooperative(self, cluster: Any, members: Any) -> dict[str, ConsumerProtocolAssignment]:
+    def _cooperative(self, cluster: Any, members: Any, held: Mapping[str, Mapping[int, int]]
+                     ) -> tuple[dict[str, ConsumerProtocolAssignment], dict[int, str]]:
         """``CooperativeStickyAssignor.assign`` of kafka-python 3.0.12 with ``prefer_state``
         between its sticky placement and its two-phase split: a partition whose final owner is not
         its current owner is left out of this round (its owner revokes it; the next round gives
-        it to the new owner)."""
+        it to the new owner). Also returned: the final placement of this topic (partition ->
+        member id), where the standbys are placed from."""
         parsed = {m.member_id: self.parse_member_metadata(m.metadata) for m in members}
         executor = StickyAssignmentExecutor(cluster, parsed)
         executor.perform_initial_assignment()
@@ -245,8 +276,8 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
                  for topic, parts in executor.get_final_assignment(m.member_id) for p in parts}
         mine = {p: member_id for (topic, p), member_id in final.items() if topic == self.topic}
         now = {tp.partition: member_id for tp, member_id in current.items() if tp.topic == self.topic}
-        held = {m.member_id: decode_state(m.metadata.user_data) for m in members}
-        for p, member_id in prefer_state(mine, now, held).items():
+        chosen = prefer_state(mine, now, held)
+        for p, member_id in chosen.items():
             final[(self.topic, p)] = member_id
         rounds: dict[str, dict[str, list[int]]] = {m.member_id: defaultdict(list) for m in members}
         for (topic, p), member_id in final.items():
@@ -255,7 +286,7 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
                 rounds[member_id][topic].append(p)
         return {member_id: ConsumerProtocolAssignment(self.version, sorted((t, sorted(ps)) for t, ps in by.items()),
                                                       b"")
-                for member_id, by in rounds.items()}
+                for member_id, by in rounds.items()}, chosen
 
     def on_assignment(self, assignment: ConsumerProtocolAssignment, generation: int) -> None:
         super().on_assignment(assignment, generation)
@@ -263,7 +294,8 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
         if decoded is None:
             log.warning("generation %s came without a readable owner map", generation)
             decoded = (0, {})
+        standbys = decode_standbys(assignment.user_data)
         with self._lock:
-            self._latest = GroupAssignment(generation, decoded[0], decoded[1])
+            self._latest = GroupAssignment(generation, decoded[0], decoded[1], standbys)
             self._assignments += 1
             self._synced_at = time.monotonic()

@@ -27,8 +27,13 @@ What ``ClusterMember`` promises:
   a valid lease and every partition it owns is caught up. Unlike a single server's readiness it
   never latches: after an assignment the member is ``NotReady`` again until the new partitions
   are caught up, so a load balancer stops sending it traffic it would only forward or refuse.
-* **Metrics** (``ClusterCollector``): owned partitions, rebalances, the generation, the lease and
-  the records still to apply on partitions catching up.
+* **Metrics** (``ClusterCollector``): owned partitions, rebalances, the generation, the lease,
+  the records still to apply on partitions catching up, and the standbys with their lag.
+* **Standbys** (``standbys``: K, ``--standbys``): each new generation's map says which partitions
+  this member keeps as standbys (``engine.cluster.standbys``); the engine applies exactly those
+  (``add_standbys``/``remove_standbys``, state kept), and a partition given up goes on being
+  applied until that map says (it is warm if it stays a standby). ``held`` announces the applied
+  offsets of all of them, so a failover goes to the standby that is furthest along.
 * ``close()`` leaves the group first (revoking everything, so Kafka reassigns at once) and is
   idempotent; the caller closes the engine afterwards.
 """
@@ -55,8 +60,11 @@ class ClusterMember:
     """``engine`` as a member of ``group`` on ``topic`` (see the module docstring). Joins at once."""
 
     def __init__(self, engine: HistoryEngine, bootstrap: str, topic: str, group: str, advertise: str, *,
-                 session_timeout: float = DEFAULT_SESSION_TIMEOUT, instance_id: str | None = None) -> None:
+                 session_timeout: float = DEFAULT_SESSION_TIMEOUT, instance_id: str | None = None,
+                 standbys: int = 0) -> None:
         self.engine = engine
+        self.standbys = standbys
+        self._standby_generation = -1  # the generation whose standbys the engine applies
         self._fenced: tuple[OwnershipMap, OwnershipMap] | None = None  # (a map, it without owners)
         self.on_revoked: list[Callable[[frozenset[int]], None]] = []
         """Called (IO thread, after the engine stopped serving them) with the partitions given up:
@@ -66,32 +74,55 @@ class ClusterMember:
         # membership could not join either), then every partition assigned since: never a log
         # call at join time, when kafka-python asks for them.
         opened = engine.stats().applied_offsets
-        self._held: dict[int, int] = {p: o for p, o in enumerate(opened) if o > 0}
+        self._held: set[int] = {p for p, o in enumerate(opened) if o > 0}
         # rebalance_timeout = session_timeout: a member stuck in a join (see Membership.lease_valid)
         # stops serving as soon as a frozen one would, not 30 s later.
         self.membership = Membership(bootstrap, topic, group, advertise, session_timeout=session_timeout,
                                      rebalance_timeout=session_timeout,
                                      on_assigned=self._assigned, on_revoked=self._revoked,
                                      instance_id=instance_id, client_id=f"histlog-member-{group}",
-                                     held=self.held)
+                                     held=self.held, standbys=standbys, on_change=self._changed)
 
     # -- the callbacks (kafka-python's IO thread, one at a time) ----------------------------------
     def _assigned(self, parts: frozenset[int]) -> None:
         with self._lock:
-            for p in parts:
-                self._held.setdefault(p, 0)  # state from now on; its checkpoint unknown without a log call
-        self.engine.assign(parts)
+            self._held |= parts  # state from now on
+        self.engine.assign(parts)  # a standby is promoted where it stands
 
     def held(self) -> dict[int, int]:
-        """Partition -> checkpoint (as opened; 0 if taken on since) of the partitions whose state
-        this member keeps: what it tells the group at each join (``Membership(held=...)``)."""
+        """Partition -> checkpoint (the applied offset, from memory: never a log call) of the
+        partitions whose state this member keeps: what it tells the group at each join
+        (``Membership(held=...)``), so moves, and failovers, go where the state is."""
+        applied = self.engine.applied_offsets()
         with self._lock:
-            return dict(self._held)
+            return {p: applied[p] for p in sorted(self._held)}
 
     def _revoked(self, parts: frozenset[int]) -> None:
-        self.engine.revoke(parts, drop=False)
+        # With standbys, a partition given up goes on being applied until the next assignment
+        # says whether this member keeps it as a standby (``_changed``): it is warm either way.
+        self.engine.revoke(parts, drop=False, standby=self.standbys > 0)
         for listener in list(self.on_revoked):
             listener(parts)
+
+    def _changed(self, latest: OwnershipMap) -> None:
+        """A new map: once per generation, apply exactly the standbys it gives this member (a
+        standby removed keeps its state, so it stays a preferred destination; ``held``)."""
+        if latest.generation < 0 or latest.generation == self._standby_generation:
+            return
+        self._standby_generation = latest.generation
+        wanted = latest.standby_here() - self.engine.owned
+        have = self.engine.standbys
+        if have - wanted:
+            self.engine.remove_standbys(have - wanted)
+        if wanted - have:
+            with self._lock:
+                self._held |= wanted
+            self.engine.add_standbys(wanted - have)
+
+    @property
+    def standby_partitions(self) -> frozenset[int]:
+        """The partitions this member applies as standbys now."""
+        return self.engine.standbys
 
     # -- what the server reads --------------------------------------------------------------------
     @property
@@ -156,8 +187,9 @@ class ClusterReadiness(Readiness):
 
 class ClusterCollector(Collector):
     """``/metrics`` of a member: ``histlog_cluster_owned_partitions``, ``histlog_cluster_generation``,
-    ``histlog_cluster_lease_valid``, ``histlog_cluster_rebalances_total`` and
-    ``histlog_cluster_catch_up_remaining_records`` (on partitions still catching up)."""
+    ``histlog_cluster_lease_valid``, ``histlog_cluster_rebalances_total``,
+    ``histlog_cluster_catch_up_remaining_records`` (on partitions still catching up),
+    ``histlog_cluster_standby_partitions`` and ``histlog_cluster_standby_lag_records``."""
 
     def __init__(self, member: ClusterMember, probe: StatsProbe | None = None) -> None:
         self.member = member
@@ -176,15 +208,23 @@ class ClusterCollector(Collector):
         rebalances.add_metric([], m.rebalances)
         yield rebalances
         catching = [p for p in owned if engine.partition_state(p) == "catching_up"]
-        lag = self._lag() if catching else []
+        standbys = engine.standbys
+        lag = self._lag() if catching or standbys else []  # behind the log end, every partition
         remaining = sum(lag[p] for p in catching if p < len(lag))
         yield GaugeMetricFamily("histlog_cluster_catch_up_remaining_records",
                                 "Records still to apply on the partitions catching up", value=remaining)
+        yield GaugeMetricFamily("histlog_cluster_standby_partitions",
+                                "Partitions this member applies as a standby replica (--standbys)", value=len(standbys))
+        yield GaugeMetricFamily("histlog_cluster_standby_lag_records",
+                                "Records the standbys have not applied yet (what a failover to this member "
+                                "would catch up)", value=sum(lag[p] for p in standbys if p < len(lag)))
 
     def _lag(self) -> list[int]:
-        """The lag of this scrape's reading (``ServiceMetrics.probe``, read just before: never a
-        wait on the log; empty before its first reading); without a probe, ``stats()`` itself."""
-        if self.probe is None:
-            return self.member.engine.stats().lag
-        s = self.probe.latest().stats
-        return [] if s is None else s.lag
+        """Records behind the log end per partition (owned or not: ``stats().lag`` shows 0 for
+        partitions not owned), from this scrape's reading (``ServiceMetrics.probe``, read just
+        before: never a wait on the log; empty before its first reading); without a probe,
+        ``stats()`` itself."""
+        s = self.member.engine.stats() if self.probe is None else self.probe.latest().stats
+        if s is None:
+            return []
+        return [max(e - a, 0) for e, a in zip(s.end_offsets, s.applied_offsets, strict=True)]

@@ -42,6 +42,9 @@ member of the consumer group ``group`` on ``topic``:
   freeze, a request thread may run before the membership thread has revoked.
 * **Leaving.** ``close()`` revokes, sends LeaveGroup (Kafka reassigns at once) and stops, within
   ``close_timeout``. A member killed with SIGKILL is removed by Kafka after ``session_timeout``.
+* **Standbys** (``standbys``: K, the leader's decides): the map of each assignment also says
+  which members keep each partition as a standby (``OwnershipMap.standbys``,
+  ``engine.cluster.standbys``); applying them is the caller's (``ClusterMember``).
 * **State goes with the partitions.** ``held()`` (partition -> checkpoint of the partitions whose
   state this member keeps on disk; called on kafka-python's IO thread at each join, so it must
   answer from memory) goes into the member's subscription; when balance moves partitions, the
@@ -78,6 +81,7 @@ from kafka.structs import MemberState, TopicPartition
 
 from engine.cluster.assignor import OwnershipAssignor
 from engine.cluster.ownership import OwnershipMap
+from engine.cluster.standbys import MAX_STANDBYS
 from engine.log.kafka_topic import CLIENT_TUNING, parse_bootstrap
 from schemas.errors import InvalidConfiguration, LogUnavailable
 
@@ -134,7 +138,8 @@ class Membership:
                  close_timeout: float = 5.0,
                  instance_id: str | None = None,
                  client_id: str | None = None,
-                 held: Callable[[], Mapping[int, int]] | None = None) -> None:
+                 held: Callable[[], Mapping[int, int]] | None = None,
+                 standbys: int = 0) -> None:
         bootstrap = parse_bootstrap(bootstrap)
         self.topic = _check_name("topic", topic)
         self.group = _check_name("group", group)
@@ -151,6 +156,9 @@ class Membership:
                 raise InvalidConfiguration(f"{name} must be a positive number of seconds; got {value!r}")
         if instance_id is not None:
             _check_name("instance_id", instance_id)
+        if isinstance(standbys, bool) or not isinstance(standbys, int) or not 0 <= standbys <= MAX_STANDBYS:
+            raise InvalidConfiguration(f"standbys must be 0..{MAX_STANDBYS} (replicas per partition besides its "
+                                       f"owner); got {standbys!r}")
         for name, callback in (("on_assigned", on_assigned), ("on_revoked", on_revoked), ("on_change", on_change),
                                ("held", held or _ignore)):
             if not callable(callback):
@@ -172,7 +180,7 @@ class Membership:
         self._stopping = threading.Event()
         self._closed = False
 
-        self._assignor = OwnershipAssignor(self.advertise, self.topic, held)
+        self._assignor = OwnershipAssignor(self.advertise, self.topic, held, standbys)
         try:
             self._consumer = KafkaConsumer(
                 bootstrap_servers=bootstrap, client_id=client_id or f"histlog-member-{self.group}",
@@ -388,7 +396,8 @@ class Membership:
             owners.update(dict.fromkeys(self._owned, self.advertise))
             partitions = latest.partitions if latest is not None and latest.partitions else self._map.partitions
             new = OwnershipMap(self.group, latest.generation if member and latest else -1, partitions,
-                               self.advertise, dict(sorted(owners.items())))
+                               self.advertise, dict(sorted(owners.items())),
+                               dict(latest.standbys) if latest is not None else {})
             if new == self._map:
                 return
             self._map = new

@@ -9,7 +9,7 @@ so one request decides on one consistent map. ``GET /v1/cluster`` renders it
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 __all__ = ["OwnershipMap"]
 
@@ -23,9 +23,16 @@ class OwnershipMap:
     partitions: int            # the topic's partition count
     self_url: str              # this member's --advertise URL
     owners: Mapping[int, str]  # partition -> advertised URL of its owner (a partition may be absent mid-rebalance)
+    standbys: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    """Partition -> the URLs of the members keeping it as a standby replica (``--standbys``)."""
 
     def owner_of(self, partition: int) -> str | None:
         return self.owners.get(partition)
 
     def owns(self, partition: int) -> bool:
         return self.owners.get(partition) == self.self_url
+
+    def standby_here(self) -> frozenset[int]:
+        """The partitions this member is to keep as standbys (never ones it owns)."""
+        return frozenset(p for p, urls in self.standbys.items()
+                         if self.self_url in urls and self.owners.get(p) != self.self_url)

@@ -8,11 +8,18 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.owned_contract import KafkaOwned, OwnedContract
+from tests.conformance.standby_contract import StandbyContract
 
 pytestmark = pytest.mark.kafka
 
 
 class TestKafkaOwned(OwnedContract):
+    @pytest.fixture
+    def backend(self, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaOwned:
+        return KafkaOwned(kafka_bootstrap, kafka_topic, tmp_path)
+
+
+class TestKafkaStandby(StandbyContract):
     @pytest.fixture
     def backend(self, kafka_bootstrap: str, kafka_topic: str, tmp_path: Path) -> KafkaOwned:
         return KafkaOwned(kafka_bootstrap, kafka_topic, tmp_path)

@@ -29,6 +29,11 @@ KAFKA = ["--kafka", "127.0.0.1:1", "--topic", "t"]  # nothing listens there: any
     ([*KAFKA, "--state", "{d}", "serve", "--group", "g", "--advertise", "http://h:1", "--session-timeout", "nan"],
      "invalid --session-timeout"),
     ([*KAFKA, "--state", "{d}", "serve", "--partitions", "0"], "invalid --partitions 0"),
+    ([*KAFKA, "--state", "{d}", "serve", "--standbys", "1"], "add --group"),
+    ([*KAFKA, "--state", "{d}", "serve", "--group", "g", "--advertise", "http://h:1", "--standbys", "9"],
+     "invalid --standbys 9"),
+    ([*KAFKA, "--state", "{d}", "serve", "--group", "g", "--advertise", "http://h:1", "--standbys", "-1"],
+     "--standbys"),
 ])
 def test_cluster_flags_are_refused_before_any_io(capsys: Capsys, tmp_path: Path, args: list[str], says: str) -> None:
     state = tmp_path / "state"

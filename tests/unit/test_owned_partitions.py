@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conformance.owned_contract import FileOwned, OwnedContract
+from tests.conformance.standby_contract import StandbyContract
 
 
 class TestFileOwned(OwnedContract):
@@ -38,3 +39,9 @@ def test_the_async_face_refuses_a_revoked_partition_even_for_positions_it_applie
             asyncio.run(face.window(c, 5))
         with pytest.raises(NotOwner):
             asyncio.run(face.measure(c))
+
+
+class TestFileStandby(StandbyContract):
+    @pytest.fixture
+    def backend(self, tmp_path: Path) -> FileOwned:
+        return FileOwned(tmp_path / "data")

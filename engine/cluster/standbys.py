@@ -1,0 +1,74 @@
+"""Where the group's standby replicas go (``serve --group G --standbys K``, docs/cluster.md
+"Standby replicas"; Kafka Streams' standby tasks are the model).
+
+The leader places, for every partition, ``K`` standbys on members other than its owner (fewer
+when the group has fewer other members), computed from the *final* placement of the round, so a
+partition moving in two phases already has its standbys while it has no owner. A standby is a
+member that applies the partition into its own state without serving it: when its owner dies,
+the partition goes (``assignor.prefer_state``) to a member holding its state, which then costs
+only the tail it had not applied instead of a replay from offset 0.
+
+The choice, per partition, deterministic:
+
+1. spread: no member takes more than ``ceil(partitions * K / members)`` standbys while another
+   member with room could take it (a last pass hands the excess over where the greedy pass
+   could not);
+2. warmth: among those, the member whose state of the partition is furthest along (``held``:
+   the checkpoints each member announced at its join) first, so a standby stays where it is
+   and the most caught-up replicas are the ones kept;
+3. then the member with fewer standbys so far, then the member id.
+
+The placement goes to every member in the assignment's user data (``assignor.encode_owners``),
+as partition -> the standbys' URLs; ``OwnershipMap.standbys`` is what a member learned of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+__all__ = ["MAX_STANDBYS", "place_standbys"]
+
+#: The most standbys a partition may have (each one is a full copy of its state on a member).
+MAX_STANDBYS = 8
+
+
+def place_standbys(final: Mapping[int, str], members: Sequence[str], held: Mapping[str, Mapping[int, int]],
+                   k: int) -> dict[int, tuple[str, ...]]:
+    """Partition -> the members (sorted) that keep it as a standby: ``k`` of them (fewer if the
+    group has fewer other members), never its owner. ``final``: partition -> its owner at the end
+    of this assignment; ``members``: every member of the round; ``held``: member -> {partition:
+    checkpoint} of the state it holds (module docstring)."""
+    pool = sorted(set(members))
+    if k <= 0 or len(pool) < 2:
+        return {}
+    load = dict.fromkeys(pool, 0)
+    cap = -(-len(final) * min(k, len(pool) - 1) // len(pool))
+    out: dict[int, tuple[str, ...]] = {}
+    for p in sorted(final):
+        owner = final[p]
+
+        def rank(m: str, p: int = p) -> tuple[bool, int, int, str]:
+            return load[m] >= cap, -held.get(m, {}).get(p, -1), load[m], m
+
+        chosen = sorted((m for m in pool if m != owner), key=rank)[:k]
+        for m in chosen:
+            load[m] += 1
+        out[p] = tuple(sorted(chosen))
+    _even_out(out, final, load, cap)
+    return out
+
+
+def _even_out(out: dict[int, tuple[str, ...]], final: Mapping[int, str], load: dict[str, int], cap: int) -> None:
+    """The greedy pass can leave a member over ``cap`` when the last partitions' only members with
+    room were their owners: hand one of its standbys to a member under the cap, while one can take it."""
+    while True:
+        over = sorted(m for m, n in load.items() if n > cap)
+        under = sorted(m for m, n in load.items() if n < cap)
+        moved = next(((p, m, u) for m in over for p in sorted(out) if m in out[p]
+                      for u in under if u != final[p] and u not in out[p]), None)
+        if moved is None:
+            return
+        p, m, u = moved
+        out[p] = tuple(sorted({*out[p], u} - {m}))
+        load[m] -= 1
+        load[u] += 1
