@@ -19,8 +19,9 @@ same appends with none), bulk (``clear_prefix`` against a clear of each, reads b
 read and a filter), runs (``append(fence=...)`` against a plain append, interleaved rounds), assets
 (reads of messages with linked assets against the same reads without), deletes (``delete_messages`` of
 10 messages against a ``clear`` of the same size), langgraph (graph steps/s on ``HistlogSaver`` against
-``InMemorySaver`` and ``SqliteSaver``), and instructions (callgrind's
-instructions per append and per replayed record).
+``InMemorySaver`` and ``SqliteSaver``), console (the web console in headless Chromium: first-load bytes
+and requests, the render time of a 1,000-message conversation's first page against a fetch() of its
+JSON), and instructions (callgrind's instructions per append and per replayed record).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ __all__ = ["NAMES", "run_all"]
 
 NAMES = ("schemas", "codec", "log", "engine", "reads", "middleware", "turns", "kafka", "service", "frameworks",
          "forward", "cluster", "langchain", "sealed", "erasure", "clears", "instructions",
-         "postgres", "bulk", "runs", "assets", "deletes", "langgraph")
+         "postgres", "bulk", "runs", "assets", "deletes", "langgraph", "console")
 
 
 def run_all(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 owner's lag on the partitions it owns (docs/cluster.md).
 
 What it promises: one ``GET /v1/cluster`` from the member at ``--url`` (any member), then one
-``GET /v1/stats`` from each owner the map names; a table (or ``--json``) of partition -> owner ->
+``GET /v1/stats`` from each owner the map names, concurrently (``engine.client.members``, which
+the server's ``GET /v1/cluster?lag=true`` uses too); a table (or ``--json``) of partition -> owner ->
 records not yet applied by that owner. An owner that does not answer is shown as ``unreachable``
 and the exit status is 4 (the map was still printed); a ``--url`` that does not answer is exit 4
 with one line, as every command.
@@ -11,6 +12,7 @@ with one line, as every command.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -25,29 +27,24 @@ if TYPE_CHECKING:  # httpx comes with histlog[server]: imported when the command
 __all__ = ["cluster_report", "cmd_cluster"]
 
 
-def _get(http: httpx.Client, url: str, path: str) -> Any:
-    answer = http.get(url.rstrip("/") + path)
-    if answer.status_code != 200:
-        raise LogUnavailable(f"{url}{path} answered {answer.status_code}: {answer.text[:200]}")
-    return answer.json()
-
-
-def cluster_report(http: httpx.Client, url: str) -> dict[str, Any]:
-    """The map of the member at ``url`` plus, per owner, its owned partitions and lag (or its error)."""
+async def cluster_report(http: httpx.AsyncClient, url: str, timeout: float) -> dict[str, Any]:
+    """The map of the member at ``url`` plus, per owner, its owned partitions and lag (or its
+    error), each owner asked concurrently within ``timeout`` (``engine.client.members``, as the
+    server's ``GET /v1/cluster?lag=true``)."""
     import httpx
 
+    from engine.client.members import http_stats, members_lag
+
     try:
-        tree: dict[str, Any] = _get(http, url, "/v1/cluster")
+        answer = await http.get(url.rstrip("/") + "/v1/cluster")
     except httpx.TransportError as exc:
         raise LogUnavailable(f"no histlog server answered at {url} ({exc}); check --url") from None
-    members: dict[str, Any] = {}
-    for owner in sorted(set(tree["owners"].values())):
-        try:
-            stats = _get(http, owner, "/v1/stats")
-            members[owner] = {"owned": stats["owned_partitions"],
-                              "lag": {str(p): stats["lag"][p] for p in stats["owned_partitions"]}}
-        except (httpx.HTTPError, LogUnavailable, KeyError, IndexError, ValueError) as exc:
-            members[owner] = {"error": str(exc) or type(exc).__name__}
+    if answer.status_code != 200:
+        raise LogUnavailable(f"{url}/v1/cluster answered {answer.status_code}: {answer.text[:200]}")
+    tree: dict[str, Any] = answer.json()
+    entries = await members_lag(tree["owners"], http_stats(http), timeout=timeout)
+    members = {e["url"]: ({"owned": [int(p) for p in e["lag"]], "lag": e["lag"]} if e["reachable"]
+                          else {"error": e["error"]}) for e in entries}
     return {**tree, "members": members}
 
 
@@ -74,8 +71,13 @@ def cmd_cluster(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
         raise UsageError("histlog cluster asks the members over HTTP, which needs httpx: "
                          "pip install 'histlog[server]'") from None
     headers = {} if target.token is None else {"Authorization": f"Bearer {target.token}"}
-    with httpx.Client(headers=headers, timeout=min(target.timeout, 10.0)) as http:
-        report = cluster_report(http, target.url)
+    timeout = min(target.timeout, 10.0)
+
+    async def ask(url: str) -> dict[str, Any]:
+        async with httpx.AsyncClient(headers=headers, timeout=timeout) as http:
+            return await cluster_report(http, url, timeout)
+
+    report = asyncio.run(ask(target.url))
     if ns.json:
         print_lines(out, json.dumps(report, ensure_ascii=False))
     else:

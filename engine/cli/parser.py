@@ -356,7 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "checkout, starts a broker with scripts/kafka.")
     p.add_argument("names", nargs="*", metavar="NAME",
                    help="which benchmarks (default all): schemas codec log engine reads middleware turns kafka "
-                        "service frameworks forward cluster langchain sealed erasure clears instructions postgres, "
+                        "service frameworks forward cluster langchain sealed erasure clears instructions postgres bulk "
+                        "runs assets deletes langgraph console, "
                         "e.g. histlog bench instructions")
     p.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
     p.add_argument("--only", metavar="NAMES", help="the same as NAME..., comma-separated")

@@ -48,6 +48,7 @@ STALL_TIMEOUT_S = 30.0
 RELAYED_REQUEST_HEADERS = ("authorization", "last-event-id", "accept", "content-type")
 _RELAYED_ANSWER_HEADERS = ("content-type", "retry-after", "cache-control")
 _MARK = FORWARDED_HEADER.lower()
+_OWNER = "the owner of this conversation's partition"
 
 
 def is_forwarded(request: Request) -> bool:
@@ -144,12 +145,15 @@ class Forwarder:
             await upstream.aclose()
         return Response(content, status_code=upstream.status_code, headers=answer)
 
-    async def get_json(self, owner: str, path: str, params: dict[str, str], authorization: str | None) -> Any:
+    async def get_json(self, owner: str, path: str, params: dict[str, str], authorization: str | None, *,
+                       who: str = _OWNER) -> Any:
         """``GET owner+path`` marked forwarded, its JSON on 200; a problem answer raised as its
-        error, no answer as ``NotReady``. For the fan-outs (``GET /v1/conversations``)."""
-        return await self._json(owner, "GET", path, authorization, params=params)
+        error, no answer as ``NotReady`` (naming the member as ``who``). For the fan-outs
+        (``GET /v1/conversations``, each member's stats for ``GET /v1/cluster?lag=true``)."""
+        return await self._json(owner, "GET", path, authorization, who=who, params=params)
 
-    async def _json(self, owner: str, method: str, path: str, authorization: str | None, **given: Any) -> Any:
+    async def _json(self, owner: str, method: str, path: str, authorization: str | None, *, who: str = _OWNER,
+                    **given: Any) -> Any:
         headers = {FORWARDED_HEADER: "1"}
         if authorization is not None:
             headers["Authorization"] = authorization
@@ -158,7 +162,7 @@ class Forwarder:
                 answer = await http.request(method, owner.rstrip("/") + path, headers=headers,
                                             timeout=self._timeout(stream=False), **given)
             except httpx.TransportError as exc:
-                raise _unreachable(owner, exc) from None
+                raise _unreachable(owner, exc, who) from None
         try:
             tree = answer.json()
         except ValueError:
@@ -180,10 +184,10 @@ class Forwarder:
             await http.aclose()
 
 
-def _unreachable(owner: str, exc: Exception) -> NotReady:
+def _unreachable(owner: str, exc: Exception, who: str = _OWNER) -> NotReady:
     what = type(exc).__name__
-    return NotReady(f"the owner of this conversation's partition at {owner} did not answer ({what}: {exc}); "
-                    "it may be down or not yet replaced: retry shortly")
+    return NotReady(f"{who} at {owner} did not answer ({what}: {exc}); it may be down or not yet replaced: "
+                    "retry shortly")
 
 
 class RelayedStream(Response):

@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 
 from engine.service.problems import CONTENT_TYPE
@@ -66,7 +66,8 @@ def _operation(op: Op) -> dict[str, Any]:
          "description": "one percent-encoded path segment (`/` is %2F)"}
         for name in re.findall(r"\{(\w+)\}", op.path)]
     params += [{"name": p.name, "in": "query", "required": p.required, "schema": _query_schema(p),
-                "description": p.description} for p in op.query]
+                "description": p.description, **({} if p.example is None else {"example": _param_example(p)})}
+               for p in op.query]
     if op.routed:
         params.append({"name": FORWARDED_HEADER, "in": "header", "required": False,
                        "schema": {"type": "string", "enum": ["1"]},
@@ -85,8 +86,33 @@ def _operation(op: Op) -> dict[str, Any]:
     out: dict[str, Any] = {"operationId": op.name, "summary": op.summary, "parameters": params,
                            "responses": responses}
     if op.body is not None:
-        out["requestBody"] = {"required": True, "content": {"application/json": {"schema": _ref(op.body)}}}
+        media: dict[str, Any] = {"schema": _ref(op.body)}
+        if op.examples:
+            media["examples"] = {e.name: {"summary": e.summary, "value": _checked(op, e.value)} for e in op.examples}
+        out["requestBody"] = {"required": True, "content": {"application/json": media}}
     return out
+
+
+def _param_example(param: Param) -> Any:
+    """A query parameter's example as its schema's type (the query text of an int is a number)."""
+    assert param.example is not None  # Invariant: only called for parameters with an example.
+    if param.kind == "int":
+        return int(param.example)
+    if param.kind == "bool":
+        return param.example == "true"
+    return param.example
+
+
+def _checked(op: Op, value: Any) -> Any:
+    """``value`` once it validates against ``op``'s body model (the server's own): an example
+    the server would refuse is a bug of the route table, found when the app is built."""
+    assert op.body is not None  # Invariant: only called for operations with a body.
+    try:
+        op.body.model_validate(value)
+    except ValidationError as exc:
+        raise ValueError(f"the example of {op.method} {op.path} does not validate as {op.body.__name__}: "
+                         f"{exc}") from None
+    return value
 
 
 def document(ops: Sequence[Op]) -> dict[str, Any]:

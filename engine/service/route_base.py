@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
+from engine.service.examples import Example
 from engine.service.forward import Forwarder
 from engine.service.routing import Param, Router
 
@@ -60,6 +61,8 @@ class Op:
     ok_media: str = "application/json"
     """The success body's media type; one other than JSON (``text/event-stream``) is documented
     as a string."""
+    examples: tuple[Example, ...] = ()
+    """Request bodies the server accepts, shown in ``/openapi.json`` (``engine.service.examples``)."""
 
     @property
     def routed(self) -> bool:

@@ -17,9 +17,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from engine.arguments import EMPTY, check_clear_prefix, check_ids
+from engine.client import members
 from engine.cluster.ownership import OwnershipMap
 from engine.runs import check_root_turn
-from engine.service import wire, wire_assets, wire_bulk, wire_runs, wire_slots
+from engine.service import examples, wire, wire_assets, wire_bulk, wire_runs, wire_slots
 from engine.service.auth import read_body
 from engine.service.forward import is_forwarded
 from engine.service.route_base import DEFAULT_MAX_WAITERS, Context, Handler, Op, Waiters, json_response
@@ -214,9 +215,23 @@ def merge_pages(pages: list[tuple[list[str], bool]], limit: int) -> tuple[list[s
 
 
 async def get_cluster(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    """The map; with ``lag=true`` also each owner's lag (``engine.client.members``): this server's
+    from its own stats, the others' from their ``/v1/stats`` with the request's token, each bounded."""
     owners = ctx.router.current()
     here = str(request.base_url).rstrip("/")
-    return json_response(wire.cluster_json(owners, partitions=ctx.router.local.engine.log.partitions, here=here))
+    tree = wire.cluster_json(owners, partitions=ctx.router.local.engine.log.partitions, here=here)
+    if query.get("lag", False):
+        me, authorization = tree["self"], request.headers.get("authorization")
+
+        async def stats_of(url: str) -> Any:
+            if url == me:
+                return await _stats_tree(ctx)
+            if ctx.forwarder is None:  # a map naming other members comes with a cluster's forwarder
+                raise NotReady(f"this server has no way to ask {url}: it is not a cluster member")
+            return await ctx.forwarder.get_json(url, "/v1/stats", {}, authorization, who="the member")
+
+        tree["members"] = await members.members_lag(tree["owners"], stats_of)
+    return json_response(tree)
 
 
 async def get_messages(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
@@ -298,25 +313,29 @@ async def get_checkpoint(request: Request, ctx: Context, query: dict[str, Any]) 
     return json_response({"message": None if stored is None else wire.stored_json(stored)})
 
 
-async def get_stats(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+async def _stats_tree(ctx: Context) -> dict[str, Any]:
     engine = ctx.router.local
     stats = await engine.stats()
     poison = await asyncio.to_thread(engine.engine.poison)
-    return json_response(wire.stats_json(stats, poison))
+    return wire.stats_json(stats, poison)
+
+
+async def get_stats(request: Request, ctx: Context, query: dict[str, Any]) -> Response:
+    return json_response(await _stats_tree(ctx))
 
 
 # ----- the table
 _AT_LEAST = Param("at_least", "log", "wait (bounded) until this instance has applied PARTITION:OFFSET "
                   "(e.g. a receipt's position): read-your-writes from anywhere")
-_AFTER = Param("after", "history", "only messages after this TURN:SEQ (exclusive)")
-_BEFORE = Param("before", "history", "only messages before this TURN:SEQ (exclusive)")
+_AFTER = Param("after", "history", "only messages after this TURN:SEQ (exclusive)", example="1:2")
+_BEFORE = Param("before", "history", "only messages before this TURN:SEQ (exclusive)", example="3:0")
 _C = "/v1/conversations/{c}"
 
 OPS: tuple[Op, ...] = (
     Op("PUT", _C + "/appends/{a}", "append",
        "Append one batch atomically and idempotently (or replace the latest turn); identical retries "
        "return the same receipt", put_append, (200, wire.ReceiptModel), body=wire.AppendBody,
-       errors=(400, 401, 409, 410, 412, 413, 503, 504)),
+       errors=(400, 401, 409, 410, 412, 413, 503, 504), examples=examples.APPEND),
     Op("POST", _C + "/runs/{r}", "begin_run", "The run now owns the conversation's writes: its fence (the epoch "
        "writes give as \"fence\"; the same run again keeps its epoch)", post_run, (200, wire_runs.FenceOut),
        errors=(400, 401, 410, 503, 504)),
@@ -333,7 +352,8 @@ OPS: tuple[Op, ...] = (
        errors=(400, 401, 503, 504)),
     Op("POST", "/v1/conversations:clear", "clear_prefix", "Clear every open conversation whose id starts with "
        "prefix (each erased as clear erases it); idempotent and resumable: send it again after a failure",
-       post_clear_prefix, (200, wire_bulk.ClearedOut), body=wire_bulk.PrefixBody, errors=(400, 401, 413, 503, 504)),
+       post_clear_prefix, (200, wire_bulk.ClearedOut), body=wire_bulk.PrefixBody, errors=(400, 401, 413, 503, 504),
+       examples=examples.CLEAR_PREFIX),
     Op("GET", "/v1/conversations", "conversations", "Open conversations in lexical order, paged",
        get_conversations, (200, wire.ConversationsPage), query=(
            Param("prefix", "str", "only ids starting with this"),
@@ -342,28 +362,29 @@ OPS: tuple[Op, ...] = (
        errors=(400, 401, 503)),
     Op("GET", _C + "/messages", "entries", "The stored messages of a conversation", get_messages,
        (200, wire.StoredMessagesOut), query=(
-           _AFTER, _BEFORE, Param("limit", "int", "at most this many (the oldest first; with order=desc the newest)"),
+           _AFTER, _BEFORE, Param("limit", "int", "at most this many (the oldest first; with order=desc the newest)",
+                                  example="50"),
            Param("include_hidden", "bool", "also the messages of replaced turns"),
            Param("order", "order", "asc: oldest first (default); desc: newest first, so limit keeps the newest "
-                 "and before=<the page's last position> is the page before"),
+                 "and before=<the page's last position> is the page before", example="desc"),
            Param("since", "time", "only messages with created_at at or after this time (ISO 8601 with a zone)"),
            Param("until", "time", "only messages with created_at before this time (exclusive)"), _AT_LEAST)),
     Op("POST", _C + "/messages:by-ids", "entries_by_ids", "The visible messages named by their ids, in history "
        "order (ids that name none are left out; at most 10,000)", post_by_ids, (200, wire.StoredMessagesOut),
        query=(Param("view", "view", "messages (default): StoredMessages; turn-sources: {\"sources\": [...]}, "
                     "as turn_sources_by_ids"), _AT_LEAST),
-       body=wire_bulk.IdsBody, errors=(400, 401, 413, 503)),
+       body=wire_bulk.IdsBody, errors=(400, 401, 413, 503), examples=examples.BY_IDS),
     Op("POST", _C + "/messages:delete", "delete_messages", "Delete the visible messages named by their ids from "
        "every read (at most 10,000; unknown, hidden, already deleted or malformed ids change nothing and are not "
        "counted); how many were deleted. A resend is safe: deleting again deletes nothing", post_delete,
        (200, wire_bulk.DeletedOut), query=(
            Param("fence", "int", "the epoch of the run that writes (begin_run's): refused as 409 Fenced once a "
                  "later run of the conversation began", minimum=1),),
-       body=wire_bulk.IdsBody, errors=(400, 401, 404, 409, 410, 413, 503, 504)),
+       body=wire_bulk.IdsBody, errors=(400, 401, 404, 409, 410, 413, 503, 504), examples=examples.DELETE),
     Op("PUT", _C + "/messages/{m}/assets", "link_assets", "Link media references to a visible message "
        "(idempotent: a ref already linked changes nothing, another ref at a linked ordinal is a conflict); "
        "all its assets after the link", put_assets, (200, wire_assets.AssetsOut), body=wire_assets.AssetsBody,
-       errors=(400, 401, 404, 409, 410, 413, 503, 504)),
+       errors=(400, 401, 404, 409, 410, 413, 503, 504), examples=examples.ASSETS),
     Op("GET", _C + "/messages/{m}/position", "position_of", "Where a visible message is (TURN:SEQ, to page from it)",
        get_position, (200, wire.PositionOut), query=(_AT_LEAST,)),
     Op("GET", _C + "/external/{x}", "locate", "The newest visible message with this metadata external_id (a "
@@ -372,17 +393,17 @@ OPS: tuple[Op, ...] = (
            Param("after", "int", "at most this many visible messages after it (default 0)"), _AT_LEAST)),
     Op("GET", _C + "/window", "window", "The newest whole turns within limit messages (system merged first)",
        get_window, (200, wire.WindowOut), query=(
-           Param("limit", "int", "at most this many messages", required=True, minimum=1),
+           Param("limit", "int", "at most this many messages", required=True, minimum=1, example="20"),
            Param("before", "history", "the window of the messages before this TURN:SEQ (a retry's history)"),
            _AT_LEAST),
        errors=(400, 401, 404, 422, 503)),
     Op("GET", _C + "/budget", "read_within_bytes", "The newest units within a budget of content bytes",
        get_budget, (200, wire.StoredLoadOut), query=(
-           Param("max_bytes", "int", "the budget in content bytes", required=True), _AFTER, _BEFORE,
+           Param("max_bytes", "int", "the budget in content bytes", required=True, example="8192"), _AFTER, _BEFORE,
            Param("unit", "unit", "keep whole turns (default) or single messages"), _AT_LEAST)),
     Op("GET", _C + "/turn-sources", "turn_sources", "What turn-response composition reads, within a budget",
        get_turn_sources, (200, wire.SourcesOut), query=(
-           Param("max_bytes", "int", "the budget in content bytes", required=True), _AFTER, _BEFORE,
+           Param("max_bytes", "int", "the budget in content bytes", required=True, example="8192"), _AFTER, _BEFORE,
            Param("unit", "unit", "keep whole turns (default) or single messages"), _AT_LEAST)),
     Op("GET", _C + "/measure", "measure", "Counts after a position, without payloads", get_measure,
        (200, wire.MeasureOut), query=(_AFTER, _AT_LEAST)),
@@ -395,8 +416,13 @@ OPS: tuple[Op, ...] = (
        (200, wire.CheckpointOut), query=(_AT_LEAST,)),
     *CHECKPOINT_OPS,
     Op("GET", "/v1/cluster", "cluster", "The owner of every partition as this member last learned it (a server "
-       "without --group: group null, generation -1, itself owning every partition)", get_cluster,
-       (200, wire.ClusterOut), errors=(401,)),
+       "without --group: group null, generation -1, itself owning every partition); with lag=true also each "
+       "owner's lag", get_cluster, (200, wire.ClusterOut), query=(
+           Param("lag", "bool", "also \"members\": each owner URL with its partitions and its lag per partition "
+                 "(from its own /v1/stats, asked concurrently, at most "
+                 f"{members.MEMBER_TIMEOUT_S:g} s each; one that does not answer is \"reachable\": false with "
+                 "its \"error\", and the answer is still 200). Default false: the map alone"),),
+       errors=(400, 401)),
     Op("GET", "/v1/stats", "stats", "Log offsets, lag and admission counts (histlog stats --json)", get_stats,
        (200, wire.StatsOut), errors=(400, 401, 503)),
 )

@@ -48,6 +48,8 @@ class Param:
     description: str
     required: bool = False
     minimum: int = 0
+    example: str | None = None
+    """A value the parameter accepts, shown in ``/openapi.json`` (as its type: ``"20"`` is 20)."""
 
 
 def _value(param: Param, text: str) -> Any:

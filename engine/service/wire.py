@@ -25,9 +25,9 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
-from engine.cluster.ownership import OwnershipMap
 from engine.facade import EngineStats
 from engine.service.wire_assets import AssetModel, refs_of
+from engine.service.wire_cluster import ClusterOut, MemberOut, cluster_json, cluster_of
 from engine.service.wire_slots import TurnIn
 from schemas.batch import HistoryLoad, HistoryTurn, Located, Measure, Receipt, StoredMessage, TurnSource
 from schemas.canonical import RawJSON, _Num, loads_exact
@@ -46,6 +46,7 @@ __all__ = [
     "LatestTurnOut",
     "LocatedOut",
     "MeasureOut",
+    "MemberOut",
     "PositionOut",
     "Problem",
     "ReceiptModel",
@@ -244,18 +245,6 @@ class StatsOut(BaseModel):
     fenced: int = 0
     deleted: int = 0
     poison: list[PoisonOut]
-
-
-class ClusterOut(BaseModel):
-    """``GET /v1/cluster``: the owner of every partition as this member last learned it. Without
-    a cluster (no ``--group``): ``group`` null, ``generation`` -1, and this server (the URL the
-    request reached) owns every partition."""
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-    group: str | None
-    generation: int
-    partitions: Annotated[int, Field(ge=1)]
-    self_url: Annotated[str | None, Field(alias="self")]
-    owners: dict[Annotated[str, Field(pattern=r"^[0-9]+$")], str]
 
 
 class Problem(BaseModel):
@@ -475,26 +464,3 @@ def stats_of(tree: Any) -> EngineStats:
     except ValidationError as exc:
         raise InvalidRequest(str(invalid(exc, "stats"))) from None
     return EngineStats(**model.model_dump(exclude={"poison"}))
-
-
-
-def cluster_json(owners: OwnershipMap | None, *, partitions: int, here: str) -> dict[str, Any]:
-    """The ``GET /v1/cluster`` object of ``owners``; None (no cluster): ``here`` owns all ``partitions``."""
-    if owners is None:
-        return {"group": None, "generation": -1, "partitions": partitions, "self": here,
-                "owners": {str(p): here for p in range(partitions)}}
-    return {"group": owners.group, "generation": owners.generation, "partitions": owners.partitions,
-            "self": owners.self_url, "owners": {str(p): url for p, url in sorted(owners.owners.items())}}
-
-
-def cluster_of(tree: Any) -> OwnershipMap | None:
-    """The ``OwnershipMap`` a ``GET /v1/cluster`` answer describes, None when it is no cluster
-    (``group`` null: one server, or full replicas, where any server serves everything)."""
-    try:
-        model = ClusterOut.model_validate(tree)
-    except ValidationError as exc:
-        raise InvalidRequest(str(invalid(exc, "cluster"))) from None
-    if model.group is None:
-        return None
-    return OwnershipMap(model.group, model.generation, model.partitions, model.self_url or "",
-                        {int(p): url for p, url in model.owners.items()})

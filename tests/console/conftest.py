@@ -1,6 +1,7 @@
 """Fixtures of the console tests: a real ``histlog serve`` process on loopback over a history
 written by an engine before it starts, and headless Chromium (Debian's, never a downloaded one)
-driven by Playwright's sync API.
+driven by Playwright's sync API (``tests.console.browser_support``, which other test packages
+import too).
 
 Without ``/usr/bin/chromium`` (or Playwright) the tests are skipped, except under ``CI=true``
 where they fail: CI must run them.
@@ -12,7 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +22,9 @@ import pytest
 from engine.facade import HistoryEngine
 from schemas.batch import Batch
 from schemas.messages import Message, ReasoningPart, ToolCallPart, ToolOutput, ToolResultPart
+from tests.console.browser_support import Watched, launched, watch
 from tests.service.test_http_serve import ROOT, TIMEOUT, listening
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 BULK = 120
 """Conversations under ``bulk/``: three pages of 50, 50, 20."""
 BIG = "big/one thousand"
@@ -33,12 +32,6 @@ BIG = "big/one thousand"
 BIG_MESSAGES = 1000
 RICH = "rich/tools"
 REPLACED = "edit/replaced"
-
-
-def _unavailable(reason: str) -> None:
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(f"the console tests need a browser under CI: {reason}")
-    pytest.skip(f"no browser: {reason}")
 
 
 def seed(data: Path) -> None:
@@ -112,51 +105,8 @@ def token_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 def browser() -> Iterator[Any]:
     """Chromium for one module's tests. Never longer: Playwright's sync API runs an event loop in
     this thread while it lives, and every later test that calls ``asyncio.run`` would fail."""
-    if not CHROMIUM.exists():
-        _unavailable(f"{CHROMIUM} is not installed (apt-get install chromium)")
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError as exc:
-        _unavailable(f"playwright is not installed: {exc}")
-    with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            yield chromium
-        finally:
-            chromium.close()
-
-
-@dataclass
-class Watched:
-    """A page with every request it made and every console error it logged."""
-
-    page: Any
-    origin: str
-    requests: list[str] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    allowed: tuple[str, ...] = ()
-    """Console errors containing one of these are expected (a 401 the token prompt answers)."""
-
-    def check(self) -> None:
-        foreign = [u for u in self.requests if not (u == self.origin or u.startswith(self.origin + "/"))]
-        assert not foreign, f"requests to other origins: {foreign}"
-        errors = [e for e in self.errors if not any(a in e for a in self.allowed)]
-        assert not errors, f"console errors: {errors}"
-
-
-def watch(browser: Any, origin: str) -> Iterator[Watched]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
-    page.set_default_timeout(10_000)
-    watched = Watched(page, origin)
-    page.on("request", lambda request: watched.requests.append(request.url))
-    page.on("console", lambda message: watched.errors.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: watched.errors.append(f"pageerror: {error}"))
-    try:
-        yield watched
-        watched.check()
-    finally:
-        context.close()
+    with launched() as chromium:
+        yield chromium
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from urllib.parse import quote
 import orjson
 import pytest
 
-from tests.console.conftest import BIG, BIG_MESSAGES, BULK, REPLACED, RICH, Server, Watched
+from tests.console.browser_support import Watched
+from tests.console.conftest import BIG, BIG_MESSAGES, BULK, REPLACED, RICH, Server
 from tests.service.server_support import call
 
 try:
@@ -268,9 +269,18 @@ def test_ops_page_shows_stats_and_cluster(watched: Watched, server: Server) -> N
     listed = me.locator("[data-partition]")
     expect(listed).to_have_count(len(mine))
     assert [int(p) for p in listed.evaluate_all("els => els.map(e => e.dataset.partition)")] == mine
-    lags = me.locator("[data-lag]").evaluate_all("els => els.map(e => e.dataset.lag)")  # this server's own lag
-    assert len(lags) == len(mine) and all(re.fullmatch(r"[0-9]+", lag) for lag in lags), lags
-    expect(cluster).to_contain_text("open a member's console for its lag")
+    # each member's lag per partition, as /v1/cluster?lag=true gives it (the server asks each member)
+    lagged = call(server.url, "GET", "/v1/cluster?lag=true")[2]
+    assert [m["url"] for m in lagged["members"]] == [watched.origin]
+    lags = me.locator("[data-lag]").evaluate_all("els => els.map(e => e.dataset.lag)")
+    assert lags == [str(lagged["members"][0]["lag"][str(p)]) for p in mine], lags
+    expect(me).to_have_attribute("data-reachable", "true")
+    expect(me.get_by_test_id("member-error")).to_have_count(0)
+    owners_table = cluster.locator("table").filter(has_text="Partition owners")
+    header = owners_table.locator("thead th").evaluate_all("els => els.map(e => e.textContent)")
+    assert header == ["partition", "owner", "lag"], header
+    lag_column = owners_table.locator("tbody tr td:nth-child(3)").evaluate_all("els => els.map(e => e.textContent)")
+    assert lag_column == lags, lag_column  # the lag column of the owners table renders the same numbers
     expect(cluster.locator("[data-unowned]")).to_be_hidden()  # every partition has an owner
     expect(cluster).not_to_contain_text("null")
     shot(page, "ops")
@@ -303,6 +313,15 @@ def test_api_page_renders_the_openapi_document(watched: Watched, server: Server)
     ok_block = append_entry.locator("[data-testid=api-schema][data-kind=response]")
     expect(ok_block).to_contain_text("ReceiptModel")
     expect(ok_block.locator("tr[data-field=digest]")).to_contain_text("string")
+    # the append body's examples (engine/service/examples.py, each one a body the server accepts)
+    examples = body_block.get_by_test_id("api-example")
+    shown = operation["requestBody"]["content"]["application/json"]["examples"]
+    expect(examples).to_have_count(len(shown))
+    first = examples.filter(has_text=shown["append"]["summary"])
+    expect(first).to_have_count(1)
+    assert json.loads(first.locator("pre").inner_text()) == shown["append"]["value"]
+    window = page.locator("[data-testid=api-path][data-method=GET][data-path='/v1/conversations/{c}/window']")
+    expect(window.locator("tr", has_text="limit").locator("[data-example]")).to_have_text(" e.g. 20")
     messages = page.locator("[data-testid=api-path][data-method=GET][data-path='/v1/conversations/{c}/messages']")
     expect(messages).to_contain_text("include_hidden")
     expect(messages).to_contain_text("The stored messages of a conversation")

@@ -64,8 +64,14 @@ function examplesOf(...holders) {
   return out;
 }
 
+// A query or path parameter's example(s), after its description.
+function paramExample(p) {
+  const ex = examplesOf(p, p.schema).map((e) => JSON.stringify(e.value)).join(", ");
+  return ex ? h("span", { class: "dim", "data-example": "", text: `${p.description ? " " : ""}e.g. ${ex}` }) : null;
+}
+
 function exampleBlocks(list) {
-  return list.map((e) => h("div", { class: "example" },
+  return list.map((e) => h("div", { class: "example", testid: "api-example" },
     h("p", { class: "label", text: e.label ? `Example: ${e.label}` : "Example" }),
     h("pre", { text: pretty(e.value) })));
 }
@@ -121,7 +127,7 @@ export function apiPage(view) {
             h("thead", {}, h("tr", {}, ["name", "in", "type", "required", "description"].map((c) => h("th", { scope: "col", text: c })))),
             h("tbody", {}, params.map((p) => h("tr", {}, h("th", { scope: "row" }, h("code", { text: p.name })),
               h("td", { text: p.in }), h("td", { text: schemaName(p.schema) }), h("td", { text: p.required ? "yes" : "no" }),
-              h("td", { text: p.description || "" }))))) : null,
+              h("td", {}, p.description || "", paramExample(p)))))) : null,
           op.requestBody ? schemaBlocks(doc, "request", op.requestBody.required ? "Request body (required)" : "Request body",
             op.requestBody.content) : null,
           ok && ok.content ? schemaBlocks(doc, "response", "200 response", ok.content) : null,
