@@ -16,6 +16,8 @@ Run ``python -m bench --only cluster [--quick]`` (or ``histlog bench cluster``).
   the ratio shows what the machine allows, not what separate machines would give (docs/cluster.md
   projects that from the per-partition rates).
 * **forward hop**: ``bench_forward`` (``window(20)`` direct vs through a non-owner), reused.
+* **failover**: ``bench_failover`` (kill -9 of an owner with ``--standbys 0`` vs ``1``, a standby's cost), on
+  the same broker.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 
 from kafka import KafkaProducer
 
-from bench import bench_forward
+from bench import bench_failover, bench_forward
 from bench.bench_kafka import _broker
 from bench.common import batch, event_bytes
 from engine import AsyncHistoryClient, HistoryEngine
@@ -196,13 +198,14 @@ def run(quick: bool = False) -> dict[str, Any]:
             replica = _full_replica(bootstrap, topic, root)
             member = _member(bootstrap, topic, root)
             throughput = _throughput(bootstrap, root, 1_000 if quick else 4_000)
+            failover = bench_failover.run(quick=quick, bootstrap=bootstrap)
         forward = bench_forward.run(quick=quick)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return {"bench": "cluster", "events": events, "partitions": PARTITIONS, "full_replica": replica,
             "member": member, "members": MEMBERS, "startup_speedup": round(replica["ready_s"] / member["ready_s"], 2),
             "catch_up_speedup": round(replica["ready_s"] / max(member["catch_up_s"], 0.01), 2),
-            "appends": throughput, "forward": forward}
+            "appends": throughput, "forward": forward, "failover": failover}
 
 
 def report(result: dict[str, Any]) -> str:
@@ -219,6 +222,7 @@ def report(result: dict[str, Any]) -> str:
         f"  {a['members']} members (routed)       {a['members_per_s']:>6}/s  -> {a['ratio']}x (all on this machine's "
         "cores; goal 1.6x needs cores of their own)",
         bench_forward.report(r["forward"]),
+        bench_failover.report(r["failover"]),
     ])
 
 
