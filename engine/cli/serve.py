@@ -37,7 +37,7 @@ from engine.cli.exits import OK, UNAVAILABLE, UsageError
 from engine.cli.target import Target
 from engine.cluster.member import ClusterCollector, ClusterMember, ClusterReadiness
 from engine.cluster.membership import DEFAULT_SESSION_TIMEOUT, MIN_SESSION_TIMEOUT
-from engine.cluster.standbys import MAX_STANDBYS
+from engine.cluster.standbys import DEFAULT_WARMUP_LAG, MAX_STANDBYS
 from engine.render import one_line
 from engine.service.app import build_app
 from engine.service.auth import DEFAULT_MAX_BODY
@@ -102,16 +102,17 @@ class Cluster:
     session_timeout: float
     instance_id: str | None = None
     standbys: int = 0
+    warmup_lag: int = DEFAULT_WARMUP_LAG
 
 
 def cluster_of(ns: argparse.Namespace, target: Target) -> Cluster | None:
     """The cluster flags checked before anything is opened (``UsageError`` naming what to add)."""
     group, advertise, timeout, instance = ns.group, ns.advertise, ns.session_timeout, ns.instance_id
-    standbys = ns.standbys
+    standbys, warmup = ns.standbys, ns.warmup_lag
     if group is None:
-        if advertise is not None or timeout is not None or instance is not None or standbys is not None:
-            raise UsageError("--advertise, --session-timeout, --instance-id and --standbys apply to --group NAME "
-                             "(a cluster member): add --group")
+        if any(v is not None for v in (advertise, timeout, instance, standbys, warmup)):
+            raise UsageError("--advertise, --session-timeout, --instance-id, --standbys and --warmup-lag apply to "
+                             "--group NAME (a cluster member): add --group")
         return None
     if not group.strip():
         raise UsageError("--group is empty: name the cluster, e.g. --group histlog")
@@ -140,7 +141,13 @@ def cluster_of(ns: argparse.Namespace, target: Target) -> Cluster | None:
     if not 0 <= standbys <= MAX_STANDBYS:
         raise UsageError(f"invalid --standbys {standbys}: expected 0..{MAX_STANDBYS} (copies of each partition's "
                          "state kept by other members; 1 is the usual choice)")
-    return Cluster(group, advertise.rstrip("/"), float(timeout), instance, standbys)
+    if warmup is not None and not standbys:
+        raise UsageError("--warmup-lag applies with --standbys K (a partition is warmed up as a standby): add "
+                         "--standbys 1")
+    warmup = DEFAULT_WARMUP_LAG if warmup is None else warmup
+    if warmup < 0:
+        raise UsageError(f"invalid --warmup-lag {warmup}: expected a number of records >= 0")
+    return Cluster(group, advertise.rstrip("/"), float(timeout), instance, standbys, warmup)
 
 
 def advertised_url(advertise: str, bound_port: int) -> str:
@@ -249,7 +256,8 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
                 member = stack.enter_context(ClusterMember(engine, target.kafka, target.topic, cluster.group, url,
                                                            session_timeout=cluster.session_timeout,
                                                            instance_id=cluster.instance_id,
-                                                           standbys=cluster.standbys))
+                                                           standbys=cluster.standbys,
+                                                           warmup_lag=cluster.warmup_lag))
                 readiness = ClusterReadiness(member)
                 described += f", member of group {cluster.group} as {url}"
             extras = observability(engine, readiness=readiness)  # events, /metrics, /healthz, /readyz
@@ -312,3 +320,7 @@ def add_serve(command: argparse.ArgumentParser, integer: type[int] | object) -> 
                          help="with --group: K other members keep each partition's state current as a standby "
                               "(default 0; give every member the same K), so a failover costs the session "
                               "timeout plus the tail, not a replay")
+    cluster.add_argument("--warmup-lag", metavar="N", type=integer, default=None,  # type: ignore[arg-type]
+                         help=f"with --standbys: a partition moves to a member (a new one) only once its state "
+                              f"of it is within N records of the owner's; until then it stays and is warmed "
+                              f"there as a standby (default {DEFAULT_WARMUP_LAG})")

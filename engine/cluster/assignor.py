@@ -58,10 +58,10 @@ from kafka.coordinator.assignors.sticky.sticky_assignor import StickyAssignmentE
 from kafka.protocol.consumer.metadata import ConsumerProtocolAssignment, ConsumerProtocolSubscription
 from kafka.structs import TopicPartition
 
-from engine.cluster.standbys import place_standbys
+from engine.cluster.standbys import DEFAULT_WARMUP_LAG, defer_cold_moves, place_standbys
 
 __all__ = ["ASSIGNOR_NAME", "GroupAssignment", "OwnershipAssignor", "decode_owners", "decode_standbys",
-           "decode_state", "decode_url", "encode_owners", "encode_url", "prefer_state"]
+           "decode_state", "decode_url", "decode_warmups", "encode_owners", "encode_url", "prefer_state"]
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +102,28 @@ def decode_url(data: bytes | None) -> str | None:
 
 
 def encode_owners(partitions: int, owners: Mapping[int, str],
-                  standbys: Mapping[int, Sequence[str]] | None = None) -> bytes:
-    """An assignment's user data: the owner map and, if any, each partition's standbys' URLs (a
-    reader that predates ``standbys`` ignores it)."""
+                  standbys: Mapping[int, Sequence[str]] | None = None,
+                  warmups: Mapping[int, str] | None = None) -> bytes:
+    """An assignment's user data: the owner map and, if any, each partition's standbys' URLs and
+    the partitions being warmed up -> the URL of the member warming them (a reader that predates
+    ``standbys`` or ``warmups`` ignores them)."""
     body: dict[str, object] = {"v": _FORMAT, "partitions": partitions,
                                "owners": {str(p): u for p, u in sorted(owners.items())}}
     if standbys:
         body["standbys"] = {str(p): list(us) for p, us in sorted(standbys.items()) if us}
+    if warmups:
+        body["warmups"] = {str(p): u for p, u in sorted(warmups.items())}
     return json.dumps(body, separators=(",", ":")).encode()
+
+
+def decode_warmups(data: bytes | None) -> dict[int, str]:
+    """The ``warmups`` of ``encode_owners`` (``{}`` when absent or unreadable)."""
+    try:
+        obj = json.loads(data or b"")
+        raw = obj.get("warmups") if isinstance(obj, dict) and obj.get("v") == _FORMAT else None
+        return {int(p): u for p, u in raw.items() if isinstance(u, str)} if isinstance(raw, dict) else {}
+    except (ValueError, UnicodeDecodeError, AttributeError, TypeError):
+        return {}
 
 
 def decode_standbys(data: bytes | None) -> dict[int, tuple[str, ...]]:
@@ -177,6 +191,7 @@ class GroupAssignment:
     partitions: int
     owners: Mapping[int, str]
     standbys: Mapping[int, tuple[str, ...]] = field(default_factory=dict)  # partition -> standbys' URLs
+    warmups: Mapping[int, str] = field(default_factory=dict)  # partition -> the URL of the member warming it
 
 
 class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
@@ -193,10 +208,11 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
     name = ASSIGNOR_NAME
 
     def __init__(self, advertise: str, topic: str, held: Callable[[], Mapping[int, int]] | None = None,
-                 standbys: int = 0) -> None:
+                 standbys: int = 0, warmup_lag: int = DEFAULT_WARMUP_LAG) -> None:
         super().__init__()
         self.advertise = advertise
         self.standbys = standbys
+        self.warmup_lag = warmup_lag
         self.topic = topic
         self._held = held
         self._lock = threading.Lock()
@@ -227,7 +243,7 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
         self.member_assignment = None
         with self._lock:
             if self._latest is not None:
-                self._latest = GroupAssignment(-1, self._latest.partitions, self._latest.owners, {})
+                self._latest = GroupAssignment(-1, self._latest.partitions, self._latest.owners)
 
     def metadata(self, topics: Any) -> ConsumerProtocolSubscription:
         base = super().metadata(topics)
@@ -243,7 +259,7 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
 
     def assign(self, cluster: Any, members: Any) -> dict[str, ConsumerProtocolAssignment]:
         held = {m.member_id: decode_state(m.metadata.user_data) for m in members}
-        placed, final = self._cooperative(cluster, members, held)
+        placed, final, warming = self._cooperative(cluster, members, held)
         urls = {m.member_id: decode_url(m.metadata.user_data) for m in members}
         owners: dict[int, str] = {}
         for member_id, assignment in placed.items():
@@ -254,19 +270,24 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
             owners.update({tp.partition: url for tp in assignment.partitions() if tp.topic == self.topic})
         partitions = len(cluster.partitions_for_topic(self.topic) or ())
         reachable = [m for m, u in urls.items() if u is not None]
-        standbys = {p: tuple(sorted(str(urls[m]) for m in ms))
-                    for p, ms in place_standbys(final, reachable, held, self.standbys).items()}
-        blob = encode_owners(partitions, owners, standbys)
+        placed_standbys = place_standbys(final, reachable, held, self.standbys)
+        for p, m in warming.items():  # the member warming a partition applies it as a standby
+            placed_standbys[p] = tuple(sorted({*placed_standbys.get(p, ()), m}))
+        standbys = {p: tuple(sorted(str(urls[m]) for m in ms if urls.get(m))) for p, ms in placed_standbys.items()}
+        warmups = {p: str(urls[m]) for p, m in warming.items() if urls.get(m)}
+        blob = encode_owners(partitions, owners, standbys, warmups)
         return {member_id: ConsumerProtocolAssignment(a.version, a.assigned_partitions, blob)
                 for member_id, a in placed.items()}
 
     def _cooperative(self, cluster: Any, members: Any, held: Mapping[str, Mapping[int, int]]
-                     ) -> tuple[dict[str, ConsumerProtocolAssignment], dict[int, str]]:
+                     ) -> tuple[dict[str, ConsumerProtocolAssignment], dict[int, str], dict[int, str]]:
         """``CooperativeStickyAssignor.assign`` of kafka-python 3.0.12 with ``prefer_state``
         between its sticky placement and its two-phase split: a partition whose final owner is not
         its current owner is left out of this round (its owner revokes it; the next round gives
-        it to the new owner). Also returned: the final placement of this topic (partition ->
-        member id), where the standbys are placed from."""
+        it to the new owner). With standbys (K > 0), a move to a member too far behind waits for
+        its warm-up (``standbys.defer_cold_moves``). Also returned: the final placement of this
+        topic (partition -> member id), where the standbys are placed from, and the partitions
+        being warmed -> the member warming them."""
         parsed = {m.member_id: self.parse_member_metadata(m.metadata) for m in members}
         executor = StickyAssignmentExecutor(cluster, parsed)
         executor.perform_initial_assignment()
@@ -277,6 +298,9 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
         mine = {p: member_id for (topic, p), member_id in final.items() if topic == self.topic}
         now = {tp.partition: member_id for tp, member_id in current.items() if tp.topic == self.topic}
         chosen = prefer_state(mine, now, held)
+        warming: dict[int, str] = {}
+        if self.standbys > 0:
+            chosen, warming = defer_cold_moves(chosen, now, held, self.warmup_lag)
         for p, member_id in chosen.items():
             final[(self.topic, p)] = member_id
         rounds: dict[str, dict[str, list[int]]] = {m.member_id: defaultdict(list) for m in members}
@@ -286,7 +310,7 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
                 rounds[member_id][topic].append(p)
         return {member_id: ConsumerProtocolAssignment(self.version, sorted((t, sorted(ps)) for t, ps in by.items()),
                                                       b"")
-                for member_id, by in rounds.items()}, chosen
+                for member_id, by in rounds.items()}, chosen, warming
 
     def on_assignment(self, assignment: ConsumerProtocolAssignment, generation: int) -> None:
         super().on_assignment(assignment, generation)
@@ -294,8 +318,8 @@ class OwnershipAssignor(CooperativeStickyAssignor):  # type: ignore[misc]
         if decoded is None:
             log.warning("generation %s came without a readable owner map", generation)
             decoded = (0, {})
-        standbys = decode_standbys(assignment.user_data)
+        standbys, warmups = decode_standbys(assignment.user_data), decode_warmups(assignment.user_data)
         with self._lock:
-            self._latest = GroupAssignment(generation, decoded[0], decoded[1], standbys)
+            self._latest = GroupAssignment(generation, decoded[0], decoded[1], standbys, warmups)
             self._assignments += 1
             self._synced_at = time.monotonic()

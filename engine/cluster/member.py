@@ -29,6 +29,10 @@ What ``ClusterMember`` promises:
   are caught up, so a load balancer stops sending it traffic it would only forward or refuse.
 * **Metrics** (``ClusterCollector``): owned partitions, rebalances, the generation, the lease,
   the records still to apply on partitions catching up, and the standbys with their lag.
+* **Warm-up** (``warmup_lag``, ``--warmup-lag``; with standbys): a partition balance would move
+  here while this member's state of it is far behind stays with its owner and is warmed here as
+  a standby (``standbys.defer_cold_moves``); a thread checks once a second and, when every
+  partition warmed is within the lag, joins again so the leader moves them (``rejoin``).
 * **Standbys** (``standbys``: K, ``--standbys``): each new generation's map says which partitions
   this member keeps as standbys (``engine.cluster.standbys``); the engine applies exactly those
   (``add_standbys``/``remove_standbys``, state kept), and a partition given up goes on being
@@ -40,7 +44,9 @@ What ``ClusterMember`` promises:
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -48,6 +54,7 @@ from prometheus_client.registry import Collector
 
 from engine.cluster.membership import DEFAULT_SESSION_TIMEOUT, Membership
 from engine.cluster.ownership import OwnershipMap
+from engine.cluster.standbys import DEFAULT_WARMUP_LAG
 from engine.facade import HistoryEngine
 from engine.service.health import Readiness
 from engine.service.metrics import StatsProbe
@@ -55,15 +62,22 @@ from schemas.errors import NotReady
 
 __all__ = ["ClusterCollector", "ClusterMember", "ClusterReadiness"]
 
+log = logging.getLogger(__name__)
+
+_WARMUP_CHECK_S = 1.0  # how often a member warming partitions up checks how far behind it is
+_REJOIN_EVERY_S = 5.0  # the fewest seconds between two of its rejoins (each is a rebalance)
+
 
 class ClusterMember:
     """``engine`` as a member of ``group`` on ``topic`` (see the module docstring). Joins at once."""
 
     def __init__(self, engine: HistoryEngine, bootstrap: str, topic: str, group: str, advertise: str, *,
                  session_timeout: float = DEFAULT_SESSION_TIMEOUT, instance_id: str | None = None,
-                 standbys: int = 0) -> None:
+                 standbys: int = 0, warmup_lag: int = DEFAULT_WARMUP_LAG) -> None:
         self.engine = engine
         self.standbys = standbys
+        self.warmup_lag = warmup_lag
+        self._closing = threading.Event()
         self._standby_generation = -1  # the generation whose standbys the engine applies
         self._fenced: tuple[OwnershipMap, OwnershipMap] | None = None  # (a map, it without owners)
         self.on_revoked: list[Callable[[frozenset[int]], None]] = []
@@ -81,7 +95,10 @@ class ClusterMember:
                                      rebalance_timeout=session_timeout,
                                      on_assigned=self._assigned, on_revoked=self._revoked,
                                      instance_id=instance_id, client_id=f"histlog-member-{group}",
-                                     held=self.held, standbys=standbys, on_change=self._changed)
+                                     held=self.held, standbys=standbys, on_change=self._changed,
+                                     warmup_lag=warmup_lag)
+        self._warmer = threading.Thread(target=self._watch_warmups, name="histlog-warmup", daemon=True)
+        self._warmer.start()
 
     # -- the callbacks (kafka-python's IO thread, one at a time) ----------------------------------
     def _assigned(self, parts: frozenset[int]) -> None:
@@ -119,6 +136,29 @@ class ClusterMember:
                 self._held |= wanted
             self.engine.add_standbys(wanted - have)
 
+    def _watch_warmups(self) -> None:
+        """Once a second, while the map says this member warms partitions up: when each is
+        within ``warmup_lag`` records of the log end, join again (``Membership.rejoin``) so the
+        leader moves them here; at most one rejoin per ``_REJOIN_EVERY_S``. Its own thread: the
+        log's end offsets are a call to the broker."""
+        last = float("-inf")
+        while not self._closing.wait(_WARMUP_CHECK_S):
+            warming = self.membership.map.warming_here()
+            if not warming or time.monotonic() - last < _REJOIN_EVERY_S:
+                continue
+            try:
+                ends = self.engine.log.end_offsets()
+            except Exception as exc:  # the broker away: try again at the next turn
+                log.debug("warm-up check: no end offsets (%s)", exc)
+                continue
+            applied = self.engine.applied_offsets()
+            behind = {p: ends[p] - applied[p] for p in warming}
+            if all(b <= self.warmup_lag for b in behind.values()):
+                log.info("warmed up partitions %s (records behind: %s); joining again to take them on",
+                         sorted(warming), behind)
+                last = time.monotonic()
+                self.membership.rejoin()
+
     @property
     def standby_partitions(self) -> frozenset[int]:
         """The partitions this member applies as standbys now."""
@@ -148,6 +188,7 @@ class ClusterMember:
 
     def close(self) -> None:
         """Leave the group (revoke everything first, then LeaveGroup); idempotent."""
+        self._closing.set()
         self.membership.close()
 
     def __enter__(self) -> ClusterMember:
@@ -189,7 +230,8 @@ class ClusterCollector(Collector):
     """``/metrics`` of a member: ``histlog_cluster_owned_partitions``, ``histlog_cluster_generation``,
     ``histlog_cluster_lease_valid``, ``histlog_cluster_rebalances_total``,
     ``histlog_cluster_catch_up_remaining_records`` (on partitions still catching up),
-    ``histlog_cluster_standby_partitions`` and ``histlog_cluster_standby_lag_records``."""
+    ``histlog_cluster_standby_partitions``, ``histlog_cluster_standby_lag_records`` and
+    ``histlog_cluster_warmup_rejoins_total``."""
 
     def __init__(self, member: ClusterMember, probe: StatsProbe | None = None) -> None:
         self.member = member
@@ -207,6 +249,10 @@ class ClusterCollector(Collector):
         rebalances = CounterMetricFamily("histlog_cluster_rebalances", "Assignments received from the group")
         rebalances.add_metric([], m.rebalances)
         yield rebalances
+        rejoins = CounterMetricFamily("histlog_cluster_warmup_rejoins",
+                                      "Joins again after warming partitions up, to take them over")
+        rejoins.add_metric([], m.rejoins)
+        yield rejoins
         catching = [p for p in owned if engine.partition_state(p) == "catching_up"]
         standbys = engine.standbys
         lag = self._lag() if catching or standbys else []  # behind the log end, every partition

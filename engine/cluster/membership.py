@@ -81,7 +81,7 @@ from kafka.structs import MemberState, TopicPartition
 
 from engine.cluster.assignor import OwnershipAssignor
 from engine.cluster.ownership import OwnershipMap
-from engine.cluster.standbys import MAX_STANDBYS
+from engine.cluster.standbys import DEFAULT_WARMUP_LAG, MAX_STANDBYS
 from engine.log.kafka_topic import CLIENT_TUNING, parse_bootstrap
 from schemas.errors import InvalidConfiguration, LogUnavailable
 
@@ -139,7 +139,8 @@ class Membership:
                  instance_id: str | None = None,
                  client_id: str | None = None,
                  held: Callable[[], Mapping[int, int]] | None = None,
-                 standbys: int = 0) -> None:
+                 standbys: int = 0,
+                 warmup_lag: int = DEFAULT_WARMUP_LAG) -> None:
         bootstrap = parse_bootstrap(bootstrap)
         self.topic = _check_name("topic", topic)
         self.group = _check_name("group", group)
@@ -159,6 +160,8 @@ class Membership:
         if isinstance(standbys, bool) or not isinstance(standbys, int) or not 0 <= standbys <= MAX_STANDBYS:
             raise InvalidConfiguration(f"standbys must be 0..{MAX_STANDBYS} (replicas per partition besides its "
                                        f"owner); got {standbys!r}")
+        if isinstance(warmup_lag, bool) or not isinstance(warmup_lag, int) or warmup_lag < 0:
+            raise InvalidConfiguration(f"warmup_lag must be a number of records >= 0; got {warmup_lag!r}")
         for name, callback in (("on_assigned", on_assigned), ("on_revoked", on_revoked), ("on_change", on_change),
                                ("held", held or _ignore)):
             if not callable(callback):
@@ -180,20 +183,23 @@ class Membership:
         self._stopping = threading.Event()
         self._closed = False
 
-        self._assignor = OwnershipAssignor(self.advertise, self.topic, held, standbys)
+        self._assignor = OwnershipAssignor(self.advertise, self.topic, held, standbys, warmup_lag)
+        self._rejoin = threading.Event()
+        self._rejoins = 0
+        self._consumer_config: dict[str, Any] = dict(
+            bootstrap_servers=bootstrap, client_id=client_id or f"histlog-member-{self.group}",
+            group_id=self.group, group_instance_id=instance_id,
+            enable_auto_commit=False, auto_offset_reset="latest",
+            partition_assignment_strategy=[self._assignor],
+            session_timeout_ms=int(self.session_timeout * 1000),
+            heartbeat_interval_ms=int(self.heartbeat_interval * 1000),
+            max_poll_interval_ms=int(rebalance_timeout * 1000),
+            request_timeout_ms=int(request_timeout * 1000),
+            bootstrap_timeout_ms=int(request_timeout * 1000),
+            fetch_max_bytes=1024, max_partition_fetch_bytes=1024, max_poll_records=1,
+            allow_auto_create_topics=False, **CLIENT_TUNING)
         try:
-            self._consumer = KafkaConsumer(
-                bootstrap_servers=bootstrap, client_id=client_id or f"histlog-member-{self.group}",
-                group_id=self.group, group_instance_id=instance_id,
-                enable_auto_commit=False, auto_offset_reset="latest",
-                partition_assignment_strategy=[self._assignor],
-                session_timeout_ms=int(self.session_timeout * 1000),
-                heartbeat_interval_ms=int(self.heartbeat_interval * 1000),
-                max_poll_interval_ms=int(rebalance_timeout * 1000),
-                request_timeout_ms=int(request_timeout * 1000),
-                bootstrap_timeout_ms=int(request_timeout * 1000),
-                fetch_max_bytes=1024, max_partition_fetch_bytes=1024, max_poll_records=1,
-                allow_auto_create_topics=False, **CLIENT_TUNING)
+            self._consumer = KafkaConsumer(**self._consumer_config)
         except KafkaError as exc:
             raise LogUnavailable(f"no Kafka broker answered at {bootstrap} to join group {group!r} ({exc}); "
                                  "check --kafka and retry") from exc
@@ -239,6 +245,20 @@ class Membership:
         return self._assignor.assignments
 
     @property
+    def rejoins(self) -> int:
+        """Times this member joined again on purpose (``rejoin``: a warm-up done)."""
+        with self._lock:
+            return self._rejoins
+
+    def rejoin(self) -> None:
+        """Join the group again as a new member (leave, then join), so that the leader decides
+        with what this member holds now: how a member that has warmed partitions up asks for
+        them (kafka-python 3.0.12 has no public call that starts a rebalance, KIP-568's
+        ``enforceRebalance``). Its own partitions are revoked first (``on_revoked``); the others
+        take them meanwhile. Asynchronous: the membership thread does it at its next turn."""
+        self._rejoin.set()
+
+    @property
     def restarted_joins(self) -> int:
         """Joins started again because one was stuck (``_unstick``): 0 in a healthy member."""
         with self._lock:
@@ -256,7 +276,10 @@ class Membership:
         once that round completes (an eviction is then reported to kafka-python, which calls
         ``on_partitions_lost``, within one round trip); past it the member was dropped.
         """
-        state = self._consumer.group_metadata().state
+        try:
+            state = self._consumer.group_metadata().state
+        except Exception:  # a consumer closed by ``rejoin`` a moment ago: not a member now
+            return False
         if state not in (MemberState.REBALANCING, MemberState.STABLE):
             return False
         beat = self._consumer._coordinator.heartbeat  # kafka-python keeps heartbeat times only here
@@ -298,6 +321,9 @@ class Membership:
     def _run(self) -> None:
         try:
             while not self._stopping.is_set():
+                if self._rejoin.is_set():
+                    self._restart()
+                    continue
                 try:
                     records = self._consumer.poll(timeout_ms=_POLL_MS)
                 except KafkaError as exc:  # retriable or not, the loop goes on; Kafka decides membership
@@ -328,6 +354,30 @@ class Membership:
             assigned = {tp.partition for tp in self._consumer.assignment() if tp.topic == self.topic}
             if assigned - self._owned:
                 self._assign(assigned)
+        self._publish()
+
+    def _restart(self) -> None:
+        """``rejoin``'s work (membership thread): revoke, leave, and join with a new consumer;
+        while no consumer can be opened (the broker away) it retries every heartbeat interval."""
+        self._revoke(self._owned, lost=True)
+        try:
+            self._consumer.close(autocommit=False, timeout_ms=int(self._close_timeout * 1000))
+        except Exception as exc:
+            log.warning("group %s: leaving to join again failed (%s); joining anyway", self.group, exc)
+        while not self._stopping.is_set():
+            try:
+                consumer = KafkaConsumer(**self._consumer_config)
+                consumer.subscribe([self.topic], listener=_Listener(self))
+            except KafkaError as exc:
+                log.warning("group %s: could not join again (%s); retrying", self.group, exc)
+                self._stopping.wait(self.heartbeat_interval)
+                continue
+            self._consumer = consumer
+            break
+        self._rejoin.clear()
+        self._joining_since = None
+        with self._lock:
+            self._rejoins += 1
         self._publish()
 
     def _unstick(self) -> None:
@@ -397,7 +447,8 @@ class Membership:
             partitions = latest.partitions if latest is not None and latest.partitions else self._map.partitions
             new = OwnershipMap(self.group, latest.generation if member and latest else -1, partitions,
                                self.advertise, dict(sorted(owners.items())),
-                               dict(latest.standbys) if latest is not None else {})
+                               dict(latest.standbys) if latest is not None else {},
+                               dict(latest.warmups) if latest is not None else {})
             if new == self._map:
                 return
             self._map = new

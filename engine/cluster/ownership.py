@@ -25,12 +25,18 @@ class OwnershipMap:
     owners: Mapping[int, str]  # partition -> advertised URL of its owner (a partition may be absent mid-rebalance)
     standbys: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
     """Partition -> the URLs of the members keeping it as a standby replica (``--standbys``)."""
+    warmups: Mapping[int, str] = field(default_factory=dict)
+    """Partition -> the URL of the member warming it up to take it over (KIP-441's warm-up)."""
 
     def owner_of(self, partition: int) -> str | None:
         return self.owners.get(partition)
 
     def owns(self, partition: int) -> bool:
         return self.owners.get(partition) == self.self_url
+
+    def warming_here(self) -> frozenset[int]:
+        """The partitions this member warms up, to take them over once it is within the lag."""
+        return frozenset(p for p, url in self.warmups.items() if url == self.self_url)
 
     def standby_here(self) -> frozenset[int]:
         """The partitions this member is to keep as standbys (never ones it owns)."""

@@ -18,6 +18,13 @@ The choice, per partition, deterministic:
    and the most caught-up replicas are the ones kept;
 3. then the member with fewer standbys so far, then the member id.
 
+**Warm-up before a move** (KIP-441's idea, ``defer_cold_moves``): when balance moves a partition
+from a live owner to a member whose state of it is more than ``--warmup-lag`` records behind the
+owner's (a new member), the partition stays with its owner this round and the new member warms
+it as a standby; once within the lag, that member joins again (``Membership.rejoin``) and the
+round that follows moves the partition, so a rebalance never leaves a partition unavailable for
+a replay. A dead owner's partitions move at once.
+
 The placement goes to every member in the assignment's user data (``assignor.encode_owners``),
 as partition -> the standbys' URLs; ``OwnershipMap.standbys`` is what a member learned of it.
 """
@@ -26,10 +33,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-__all__ = ["MAX_STANDBYS", "place_standbys"]
+__all__ = ["DEFAULT_WARMUP_LAG", "MAX_STANDBYS", "defer_cold_moves", "place_standbys"]
 
 #: The most standbys a partition may have (each one is a full copy of its state on a member).
 MAX_STANDBYS = 8
+#: ``--warmup-lag``'s default: how far (records) a member's state of a partition may be behind
+#: its owner's for balance to move the partition to it at once.
+DEFAULT_WARMUP_LAG = 1000
+
+
+def defer_cold_moves(chosen: Mapping[int, str], current: Mapping[int, str], held: Mapping[str, Mapping[int, int]],
+                     max_lag: int) -> tuple[dict[int, str], dict[int, str]]:
+    """KIP-441's warm-up: ``chosen`` (partition -> member, this round's final placement) with
+    every partition that would move from a live owner to a member whose state of it is more than
+    ``max_lag`` records behind the owner's left with its owner; returned too: those partitions ->
+    the member that is to warm them (as a standby) and take them once within ``max_lag``. A
+    partition with no live owner (its owner died) moves at once: there is no one to wait with.
+    ``current``: partition -> its owner now; ``held``: member -> {partition: applied offset}."""
+    out, warming = dict(chosen), {}
+    for p, y in sorted(chosen.items()):
+        x = current.get(p)
+        if x is None or x == y:
+            continue
+        if held.get(x, {}).get(p, 0) - held.get(y, {}).get(p, 0) > max_lag:
+            out[p], warming[p] = x, y
+    return out, warming
 
 
 def place_standbys(final: Mapping[int, str], members: Sequence[str], held: Mapping[str, Mapping[int, int]],

@@ -35,7 +35,8 @@ class ClusterOut(BaseModel):
     """``GET /v1/cluster``: the owner of every partition as this member last learned it. Without
     a cluster (no ``--group``): ``group`` null, ``generation`` -1, and this server (the URL the
     request reached) owns every partition. ``standbys`` (partition -> the members keeping it as a
-    standby replica) only in a cluster with ``--standbys``; ``members`` only with ``?lag=true``."""
+    standby replica) only in a cluster with ``--standbys``, ``warmups`` (partition -> the member
+    warming it up to take it over) only while one is; ``members`` only with ``?lag=true``."""
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     group: str | None
     generation: int
@@ -43,6 +44,7 @@ class ClusterOut(BaseModel):
     self_url: Annotated[str | None, Field(alias="self")]
     owners: dict[Annotated[str, Field(pattern=_PARTITION)], str]
     standbys: dict[Annotated[str, Field(pattern=_PARTITION)], list[str]] | None = None
+    warmups: dict[Annotated[str, Field(pattern=_PARTITION)], str] | None = None
     members: list[MemberOut] | None = None
 
 
@@ -55,6 +57,8 @@ def cluster_json(owners: OwnershipMap | None, *, partitions: int, here: str) -> 
                            "self": owners.self_url, "owners": {str(p): url for p, url in sorted(owners.owners.items())}}
     if owners.standbys:
         out["standbys"] = {str(p): list(urls) for p, urls in sorted(owners.standbys.items())}
+    if owners.warmups:
+        out["warmups"] = {str(p): url for p, url in sorted(owners.warmups.items())}
     return out
 
 
@@ -69,4 +73,5 @@ def cluster_of(tree: Any) -> OwnershipMap | None:
         return None
     return OwnershipMap(model.group, model.generation, model.partitions, model.self_url or "",
                         {int(p): url for p, url in model.owners.items()},
-                        {int(p): tuple(urls) for p, urls in (model.standbys or {}).items()})
+                        {int(p): tuple(urls) for p, urls in (model.standbys or {}).items()},
+                        {int(p): url for p, url in (model.warmups or {}).items()})

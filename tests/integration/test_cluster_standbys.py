@@ -20,8 +20,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from kafka import KafkaProducer
 
 from engine import AsyncHistoryClient, HistoryEngine
+from schemas.events import BatchAppended, encode_event
+from schemas.records import partition_for_key, record_key
+from schemas.times import now_ms
 from tests.history_checker import AsyncRecorded, History
 from tests.integration.cluster_support import (
     PARTITIONS,
@@ -253,3 +257,60 @@ def test_the_whole_cluster_restarted_resumes_every_partition_from_its_state(memb
         for p in range(PARTITIONS):
             assert s["applied_since_open"][p] < max(s["end_offsets"][p], 1), (m.name, p, s)
     checked(history, asyncio.run(finals_of(history, urls)))
+
+
+@pytest.mark.slow
+def test_a_new_member_takes_partitions_over_only_once_it_has_warmed_them_up(tmp_path: Path,
+                                                                            kafka_bootstrap: str) -> None:
+    """KIP-441's warm-up: a member joining a group whose partitions hold far more records than
+    ``--warmup-lag`` is given none of them at first; it warms the ones balance would move to it as
+    standbys (the map names them in ``warmups``), joins again once within the lag, and only then
+    takes them over: it never owns a partition it is far behind on."""
+    partitions, per, lag = 4, 4000, 500
+    topic, group = unique_topic("warmup"), unique_topic("group")
+    HistoryEngine.open(kafka=kafka_bootstrap, topic=topic, state_dir=tmp_path / "creator",
+                       partitions=partitions).close()
+    conversations = conversations_on_every_partition(1, partitions)
+    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=20)
+    for c in conversations:
+        p = partition_for_key(record_key(c), partitions)
+        for i in range(per):
+            b = batch_of(p, i, c)
+            producer.send(topic, key=record_key(b.conversation_id, b.append_id),
+                          value=encode_event(BatchAppended.of(b, now_ms())), partition=p)
+    producer.flush()
+    producer.close()
+    flags = ("--standbys", "1", "--warmup-lag", str(lag))
+    first = MemberProcess("m0", kafka_bootstrap, topic, group, tmp_path / "m0", tmp_path / "m0.log", *flags)
+    new = MemberProcess("m1", kafka_bootstrap, topic, group, tmp_path / "m1", tmp_path / "m1.log", *flags)
+    try:
+        first.start()
+        wait_until(lambda: whole_map([first], partitions) and first.ready(), JOIN_S, "the first member owns all")
+        new.start()
+        seen_warmups: set[int] = set()
+        worst = 0
+
+        def settled() -> bool:
+            nonlocal worst
+            cluster = get_json(first.url, "/v1/cluster")
+            seen_warmups.update(int(p) for p in cluster.get("warmups", {}))
+            s = _stats(new)
+            mine = [int(p) for p, u in get_json(new.url, "/v1/cluster")["owners"].items() if u == new.url]
+            worst = max([worst, *(s["end_offsets"][p] - s["applied_offsets"][p] for p in mine)])
+            return bool(mine) and not cluster.get("warmups") and bool(whole_map([first, new], partitions)) \
+                and first.ready() and new.ready()
+
+        wait_until(settled, JOIN_S + CATCH_UP_S, "the new member warms up, joins again and owns its share",
+                   every=0.05)
+        assert seen_warmups, "the new member was given partitions without a warm-up"
+        assert worst <= lag, f"the new member owned a partition {worst} records behind (warm-up lag {lag})"
+        owned_new = {int(p) for p, u in get_json(new.url, "/v1/cluster")["owners"].items() if u == new.url}
+        assert len(owned_new) == partitions // 2
+        s = _stats(new)
+        for p in owned_new:  # applied as a standby before it was owned: every record once
+            assert s["applied_since_open"][p] == s["end_offsets"][p] == per, (p, s)
+        assert (_metric(new, "histlog_cluster_warmup_rejoins_total") or 0) >= 1
+        assert _metric(first, "histlog_cluster_warmup_rejoins_total") == 0
+    finally:
+        first.stop()
+        new.stop()

@@ -34,6 +34,11 @@ KAFKA = ["--kafka", "127.0.0.1:1", "--topic", "t"]  # nothing listens there: any
      "invalid --standbys 9"),
     ([*KAFKA, "--state", "{d}", "serve", "--group", "g", "--advertise", "http://h:1", "--standbys", "-1"],
      "--standbys"),
+    ([*KAFKA, "--state", "{d}", "serve", "--warmup-lag", "5"], "add --group"),
+    ([*KAFKA, "--state", "{d}", "serve", "--group", "g", "--advertise", "http://h:1", "--warmup-lag", "5"],
+     "add --standbys 1"),
+    ([*KAFKA, "--state", "{d}", "serve", "--group", "g", "--advertise", "http://h:1", "--standbys", "1",
+      "--warmup-lag", "-2"], "--warmup-lag"),
 ])
 def test_cluster_flags_are_refused_before_any_io(capsys: Capsys, tmp_path: Path, args: list[str], says: str) -> None:
     state = tmp_path / "state"

@@ -10,9 +10,9 @@ from collections import Counter
 
 import pytest
 
-from engine.cluster.assignor import OwnershipAssignor, decode_owners, decode_standbys, encode_owners
+from engine.cluster.assignor import OwnershipAssignor, decode_owners, decode_standbys, decode_warmups, encode_owners
 from engine.cluster.ownership import OwnershipMap
-from engine.cluster.standbys import place_standbys
+from engine.cluster.standbys import defer_cold_moves, place_standbys
 from tests.unit.test_state_affinity import TOPIC, Cluster, member
 
 
@@ -95,3 +95,34 @@ def test_old_readers_ignore_standbys_and_bad_data_means_none() -> None:
     assert decode_standbys(b'{"v":1,"standbys":{"0":["u",3]}}') == {0: ("u",)}
     out = OwnershipAssignor("http://x:1", TOPIC).assign(Cluster(2), [member("x", set()), member("y", set())])
     assert all(decode_standbys(a.user_data) == {} for a in out.values())  # K=0: nothing placed
+
+
+def test_a_move_to_a_member_far_behind_waits_for_its_warm_up() -> None:
+    chosen = {0: "y", 1: "y", 2: "x", 3: "z"}
+    current = {0: "x", 1: "x", 2: "x"}  # 3: its owner died
+    held = {"x": {0: 5000, 1: 900, 2: 10}, "y": {0: 4500}}
+    out, warming = defer_cold_moves(chosen, current, held, 1000)
+    # 0: y is 500 behind: moves; 1: y has nothing but 900 is within the lag: moves; 3: no live owner: moves.
+    assert out == chosen and warming == {}
+    held["y"][0] = 3999  # 1001 behind: stays with x, warmed by y
+    out, warming = defer_cold_moves(chosen, current, held, 1000)
+    assert out == {0: "x", 1: "y", 2: "x", 3: "z"} and warming == {0: "y"}
+
+
+def test_the_assignment_keeps_a_cold_move_with_its_owner_and_names_the_member_warming_it() -> None:
+    # x owns everything with state far ahead; y joins with none: balance would move two to y.
+    members = [member("x", {0, 1, 2, 3}, {p: 50_000 for p in range(4)}), member("y", set())]
+    out = OwnershipAssignor("http://x:1", TOPIC, standbys=1, warmup_lag=1000).assign(Cluster(4), members)
+    assert {tp.partition for tp in out["x"].partitions()} == {0, 1, 2, 3} and not out["y"].partitions()
+    data = out["x"].user_data
+    warmups = decode_warmups(data)
+    assert len(warmups) == 2 and set(warmups.values()) == {"http://y:1"}
+    assert all(decode_standbys(data)[p] == ("http://y:1",) for p in range(4))
+    # Warmed up (within the lag): the same round moves them (two-phase: revoked from x first).
+    warm = [member("x", {0, 1, 2, 3}, {p: 50_000 for p in range(4)}),
+            member("y", set(), {p: 49_500 for p in range(4)})]
+    out = OwnershipAssignor("http://x:1", TOPIC, standbys=1, warmup_lag=1000).assign(Cluster(4), warm)
+    assert decode_warmups(out["x"].user_data) == {} and len(out["x"].partitions()) == 2
+    # K = 0: no warm-up, the old behaviour.
+    out = OwnershipAssignor("http://x:1", TOPIC).assign(Cluster(4), members)
+    assert decode_warmups(out["x"].user_data) == {} and len(out["x"].partitions()) == 2
