@@ -6,7 +6,7 @@ which says what is promised.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from engine.arguments import check_partitions
@@ -39,13 +39,42 @@ class EnginePartitions:
         (p,) = check_partitions([partition], self._log.partitions)
         return self._projector.partition_state(p)
 
-    def assign(self, parts: Iterable[int]) -> None:
+    def assign(self, parts: Iterable[int], *, hold: bool = False) -> None:
         """Take partitions on: each resumes from its own checkpoint (offset 0 without state) and is
         ``catching_up`` until it has applied the log end seen now, then ``ready``. Returns at once
-        (the projector catches up in the background); partitions owned already are left alone."""
+        (the projector catches up in the background); partitions owned already are left alone.
+        ``hold=True``: those that are not standbys are not applied until ``release`` (still
+        ``catching_up``), so a snapshot can be restored into them first (``restore_partition``)."""
         owned = check_partitions(parts, self._log.partitions)
+        if not isinstance(hold, bool):
+            raise InvalidConfiguration(f"assign(hold=...) takes a bool, got {hold!r}")
         self._check_open()
-        self._projector.assign(owned, self._log.end_offsets())
+        self._projector.assign(owned, self._log.end_offsets(), hold=hold)
+
+    def release(self, parts: Iterable[int]) -> None:
+        """Start applying partitions held by ``assign(hold=True)``, from their checkpoints (a
+        restored snapshot's, or offset 0). Others are left alone."""
+        held = check_partitions(parts, self._log.partitions)
+        self._check_open()
+        self._projector.release(held)
+
+    # -- state snapshots (docs/cluster.md "State snapshots") --------------------------------------
+    def partition_snapshot(self, partition: int) -> Iterator[bytes]:
+        """What this state holds of ``partition`` as a snapshot stream (``projections.snapshots``:
+        one point in time, its rows and its checkpoint), owned, standby or only kept; ``NotFound``
+        when it holds nothing of it. For another member's ``restore_partition``."""
+        (p,) = check_partitions([partition], self._log.partitions)
+        self._check_open()
+        return self._projector.snapshot(p)
+
+    def restore_partition(self, partition: int, chunks: Iterable[bytes]) -> int:
+        """Install a peer's snapshot of a partition held by ``assign(hold=True)``, verified first
+        (``SnapshotRejected`` naming the check that failed: nothing installed); returned: its
+        checkpoint offset, where ``release`` resumes. The tail after it comes from the log, so
+        the state equals a rebuild; ``NotOwner`` if the partition was revoked meanwhile."""
+        (p,) = check_partitions([partition], self._log.partitions)
+        self._check_open()
+        return self._projector.restore(p, chunks, self._log.end_offsets()[p])
 
     def revoke(self, parts: Iterable[int], drop: bool = False, *, standby: bool = False) -> None:
         """Give partitions up. Their calls raise ``NotOwner`` from the moment this begins; it

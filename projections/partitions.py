@@ -1,55 +1,33 @@
-"""What a partition's records wrote to the state, found and deleted as one unit.
+"""Which partitions a projector applies and serves: owned ones, standbys, and how each one taken
+on catches up (``Ownership``, half of ``projections.runtime.Projector``).
 
 A member of a cluster owns a changing subset of the log's partitions (docs/design.md §9);
-admission never crosses partitions, because a conversation lives in one. So the state of a
-partition is: the rows of its conversations (the partition of a conversation is
-``schemas.records.partition_for_key``, as the log's), and the rows keyed by the partition
-itself (``projections.keys``: checkpoints with admission's counters, poison, custom projection rows). No read
-key carries the partition, so the reads and their costs are those of a full replica.
+admission never crosses partitions, because a conversation lives in one, so a partition's state
+is a unit (``projections.partition_state``) that can be applied, dropped, or copied from a peer
+(``projections.snapshots``). No read key carries the partition, so the reads and their costs are
+those of a full replica.
 """
 
 from __future__ import annotations
 
+import tempfile
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Literal, Protocol
 
-from projections import feature_keys, keys
+from projections import snapshots
 from projections.delivery import Deliveries
+from projections.partition_state import CORE, drop_partition, partition_rows, scratch_prefix
 from projections.rows import Stats
-from projections.store import StateStore, Tx
+from projections.store import StateStore
 from projections.waiting import Wake
-from schemas.errors import NotOwner
+from schemas.errors import NotFound, NotOwner
 from schemas.records import partition_for_key
 
-__all__ = ["Ownership", "PartitionState", "drop_partition"]
+__all__ = ["Ownership", "PartitionState", "drop_partition", "partition_rows"]  # the last two: partition_state's
 
 PartitionState = Literal["not_owned", "catching_up", "ready"]
-
-
-def drop_partition(store: StateStore, tx: Tx, partition: int, partitions: int) -> None:
-    """Add to ``tx`` the deletion of everything the records of ``partition`` wrote: its
-    conversations' rows, its poison, checkpoints (of admission, with its counters, and of every
-    custom projection) and the custom rows of its events. Committed in one WriteBatch, so a crash
-    leaves the partition either whole or gone (and then rebuilt from offset 0 when taken again).
-    Reads every conversation summary row once: a drop is rare, a read never pays for it."""
-    snap = store.iterator()
-    convs = [keys.read_conv_key(k) for k, _ in snap.scan(*keys.conversations_range())]
-    for conv in convs:
-        if partition_for_key(conv, partitions) == partition:
-            tx.delete(keys.conv_key(conv))
-            tx.delete(keys.open_key(conv))
-            tx.delete(keys.erasing_key(conv))
-            for lower, upper in [*keys.conversation_ranges(conv), keys.key_id_range(conv)]:
-                tx.delete_range(lower, upper)
-    tx.delete_range(*keys.poison_partition_range(partition))
-    tx.delete_range(*feature_keys.graph_run_range(partition))
-    checkpoints = [k for k, _ in snap.scan(keys.CHECKPOINT, keys.prefix_end(keys.CHECKPOINT))]
-    for k in checkpoints:
-        name, p = keys.read_checkpoint_key(k)
-        if p == partition:
-            tx.delete(k)
-            tx.delete_range(*keys.custom_partition_keyspace(name, p))  # none for admission's own
 
 
 class _Cursor(Protocol):
@@ -75,7 +53,8 @@ class Ownership:
     _cursor: _Cursor | None
     _owned: frozenset[int]
     _standby: frozenset[int]  # applied, not served (a standby replica); disjoint from ``_owned``
-    _applying: frozenset[int]  # ``_owned | _standby``: what a step applies and the cursor reads
+    _applying: frozenset[int]  # ``(_owned | _standby) - _restoring``: what a step applies and the cursor reads
+    _restoring: frozenset[int]  # owned, catching up, not applied yet: its state comes from a peer (``restore``)
     _catching: dict[int, int]  # taken on -> the log end seen then, until applied reaches it
     _unsynced: set[int]  # taken on; the cursor is not yet positioned at its checkpoint
     _replan: bool  # the cursor must follow ``_owned`` (done on the projector thread)
@@ -118,10 +97,12 @@ class Ownership:
         with self._cond:
             return not self._catching and len(self._owned) == self.partitions
 
-    def assign(self, parts: Iterable[int], ends: Sequence[int]) -> None:
+    def assign(self, parts: Iterable[int], ends: Sequence[int], *, hold: bool = False) -> None:
         """Take ``parts`` on: each resumes from its checkpoint, ``catching_up`` until it has
         applied ``ends[p]`` (the log end seen now). Returns at once; the projector catches up.
-        A standby taken on is promoted where it stands: only the tail it had not applied yet."""
+        A standby taken on is promoted where it stands: only the tail it had not applied yet.
+        ``hold``: the others are not applied yet either (still ``catching_up``) until ``release``,
+        so that ``restore`` can first install a snapshot of them."""
         with self._step_lock:
             new = frozenset(parts) - self._owned
             if not new:
@@ -133,12 +114,69 @@ class Ownership:
                         self._catching[p] = ends[p]
                 self._owned = self._owned | new
                 self._standby = self._standby - new
-                self._applying = self._owned | self._standby
-            if cold:
+                if hold:
+                    self._restoring = self._restoring | cold
+                self._applying = (self._owned | self._standby) - self._restoring
+            if cold and not hold:
                 self._unsynced |= cold
                 self._replan = True
-        if cold:
+        if cold and not hold:
             self._wake_cursor()
+
+    def release(self, parts: Iterable[int]) -> None:
+        """Start applying the partitions held by ``assign(hold=True)``: from their checkpoints
+        (a snapshot's, once ``restore`` installed it; else offset 0). Others are left alone."""
+        with self._step_lock:
+            with self._cond:
+                gone = frozenset(parts) & self._restoring
+                if not gone:
+                    return
+                self._restoring = self._restoring - gone
+                self._applying = (self._owned | self._standby) - self._restoring
+            self._unsynced |= gone
+            self._replan = True
+        self._wake_cursor()
+
+    def restore(self, partition: int, chunks: Iterable[bytes], log_end: int) -> int:
+        """Install a peer's snapshot of ``partition`` (``projections.snapshots``: verified in a
+        scratch store first; ``SnapshotRejected`` leaves the state as it was), which must be held
+        by ``assign(hold=True)``; returned: the snapshot's checkpoint, where ``release`` resumes.
+        ``NotOwner`` when the partition was revoked meanwhile (nothing installed). ``log_end``:
+        the partition's end in this log; a snapshot beyond it is of another log, refused."""
+        with self._cond:
+            if partition not in self._restoring:
+                raise NotOwner(f"partition {partition} is not held for a restore here: take it on with "
+                               "assign(..., hold=True) first")
+        scratch_dir = Path(tempfile.mkdtemp(prefix=scratch_prefix(self.store.path), dir=self.store.path.parent))
+        scratch = StateStore(scratch_dir)
+        try:
+            received = snapshots.receive(scratch, chunks, partition=partition, partitions=self.partitions, core=CORE)
+            if received.offset > log_end:
+                raise snapshots.SnapshotRejected(f"snapshot of partition {partition} is at offset {received.offset}, "
+                                                 f"beyond this log's end {log_end}: it is not of this log")
+            with self._step_lock:  # no step runs; it does not apply the partition anyway
+                with self._cond:
+                    if partition not in self._restoring:
+                        raise self._not_owner(partition)
+                stats = snapshots.install(self.store, scratch, received, self.partitions, CORE)
+                with self._cond:
+                    self._applied[partition] = received.offset
+                    self._stats[partition] = stats
+                    if self._catching.get(partition, received.offset + 1) <= received.offset:
+                        del self._catching[partition]
+                    self._cond.notify_all()
+            return received.offset
+        finally:
+            scratch.close()
+            StateStore.destroy(scratch_dir)
+
+    def snapshot(self, partition: int) -> Iterator[bytes]:
+        """The snapshot of what this state holds of ``partition`` (``projections.snapshots``),
+        whether owned, a standby or only kept; ``NotFound`` when it holds nothing of it."""
+        with self._cond:
+            if self._applied[partition] == 0 or partition in self._restoring:
+                raise NotFound(f"this member holds no state of partition {partition}: ask another member")
+        return snapshots.stream(self.store, partition, self.partitions, CORE)
 
     def revoke(self, parts: Iterable[int], *, drop: bool = False, standby: bool = False) -> None:
         """Give ``parts`` up (see the module): not served from the start of this call, not applied
@@ -147,9 +185,10 @@ class Ownership:
         gone = frozenset(parts)
         with self._cond:
             self._owned = self._owned - gone
+            self._restoring = self._restoring - gone
             if standby:
                 self._standby = self._standby | gone
-            self._applying = self._owned | self._standby
+            self._applying = (self._owned | self._standby) - self._restoring
             for p in gone:
                 self._catching.pop(p, None)
                 for _, _, wake in self._waiters[p]:
@@ -169,11 +208,11 @@ class Ownership:
         and standbys already are left alone. Returns at once."""
         with self._step_lock:
             with self._cond:
-                new = frozenset(parts) - self._applying
+                new = frozenset(parts) - self._owned - self._standby
                 if not new:
                     return
                 self._standby = self._standby | new
-                self._applying = self._owned | self._standby
+                self._applying = (self._owned | self._standby) - self._restoring
             self._unsynced |= new
             self._replan = True
         self._wake_cursor()
@@ -186,7 +225,7 @@ class Ownership:
             if not gone:
                 return
             self._standby = self._standby - gone
-            self._applying = self._owned | self._standby
+            self._applying = (self._owned | self._standby) - self._restoring
         with self._step_lock:
             self._dropped(gone, drop)
             self._replan = True

@@ -42,13 +42,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from projections import erasure, keys
+from projections import erasure, keys, snapshots
 from projections.admission import Decision, Known, Outcome, Own, admit
 from projections.custom import Projection, ProjectionTx, check_name, keyspace
 from projections.delivery import Deliveries, Subscription, Ticket
 from projections.eraser import Eraser, incomplete
 from projections.erasure import DataKeys
 from projections.events import ClearEvent, ProjectedEvent
+from projections.partition_state import CORE, scratch_prefix
 from projections.partitions import Ownership, PartitionState
 from projections.rows import Stats, checkpoint_value, read_checkpoint_stats
 from projections.store import DamagedState, StateStore, Tx
@@ -61,7 +62,6 @@ __all__ = ["CORE", "CursorLike", "PartitionState", "Projector", "RecordLike", "c
 
 log = logging.getLogger("histlog.projector")
 
-CORE = "core"  # the checkpoint name of admission + the built-in read projections
 _POLL_TIMEOUT = 0.5
 _MAX_RECORDS = 2000
 _EMPTY_READS = 100  # catch-up retries of an empty read before giving up (about 10 s)
@@ -83,12 +83,6 @@ class CursorLike(Protocol):
     def assign(self, start: Mapping[int, int]) -> None: ...
     def wakeup(self) -> None: ...
     def close(self) -> None: ...
-
-
-def scratch_prefix(state_dir: Path) -> str:
-    """The name prefix of the scratch admission states that ``register`` replays through (beside
-    ``state_dir``); one left by a killed process is garbage, removed when the state is next opened."""
-    return f".replay-{state_dir.name}-"
 
 
 def checkpoints(store: StateStore, partitions: int, name: str = CORE) -> list[int]:
@@ -118,6 +112,7 @@ class Projector(Ownership, Positions):
         self.partitions = partitions
         self._owned = frozenset(range(partitions)) if owned is None else frozenset(owned)
         self._standby: frozenset[int] = frozenset()
+        self._restoring: frozenset[int] = frozenset()
         self._applying = self._owned
         self._catching: dict[int, int] = {}  # taken on -> the log end seen then, until applied reaches it
         self._unsynced: set[int] = set()  # taken on; the cursor is not yet positioned at its checkpoint
@@ -129,6 +124,7 @@ class Projector(Ownership, Positions):
         # wakes exactly the waiters it applied instead of every waiting thread.
         self._waiters: list[list[tuple[int, int, Wake]]] = [[] for _ in range(partitions)]
         self._waiter_seq = 0
+        snapshots.recover(store, partitions)  # a restore cut short by a kill: dropped, never half-installed
         self._applied = checkpoints(store, partitions)
         self._stats = [read_checkpoint_stats(store.get(keys.checkpoint_key(CORE, p))) for p in range(partitions)]
         self.deliveries = Deliveries()

@@ -103,6 +103,7 @@ class Cluster:
     instance_id: str | None = None
     standbys: int = 0
     warmup_lag: int = DEFAULT_WARMUP_LAG
+    snapshots: bool = True
 
 
 def cluster_of(ns: argparse.Namespace, target: Target) -> Cluster | None:
@@ -110,9 +111,9 @@ def cluster_of(ns: argparse.Namespace, target: Target) -> Cluster | None:
     group, advertise, timeout, instance = ns.group, ns.advertise, ns.session_timeout, ns.instance_id
     standbys, warmup = ns.standbys, ns.warmup_lag
     if group is None:
-        if any(v is not None for v in (advertise, timeout, instance, standbys, warmup)):
-            raise UsageError("--advertise, --session-timeout, --instance-id, --standbys and --warmup-lag apply to "
-                             "--group NAME (a cluster member): add --group")
+        if any(v is not None for v in (advertise, timeout, instance, standbys, warmup)) or ns.no_snapshots:
+            raise UsageError("--advertise, --session-timeout, --instance-id, --standbys, --warmup-lag and "
+                             "--no-snapshots apply to --group NAME (a cluster member): add --group")
         return None
     if not group.strip():
         raise UsageError("--group is empty: name the cluster, e.g. --group histlog")
@@ -147,7 +148,7 @@ def cluster_of(ns: argparse.Namespace, target: Target) -> Cluster | None:
     warmup = DEFAULT_WARMUP_LAG if warmup is None else warmup
     if warmup < 0:
         raise UsageError(f"invalid --warmup-lag {warmup}: expected a number of records >= 0")
-    return Cluster(group, advertise.rstrip("/"), float(timeout), instance, standbys, warmup)
+    return Cluster(group, advertise.rstrip("/"), float(timeout), instance, standbys, warmup, not ns.no_snapshots)
 
 
 def advertised_url(advertise: str, bound_port: int) -> str:
@@ -257,7 +258,8 @@ def cmd_serve(ns: argparse.Namespace, target: Target, out: TextIO) -> int:
                                                            session_timeout=cluster.session_timeout,
                                                            instance_id=cluster.instance_id,
                                                            standbys=cluster.standbys,
-                                                           warmup_lag=cluster.warmup_lag))
+                                                           warmup_lag=cluster.warmup_lag, token=token,
+                                                           snapshots=cluster.snapshots))
                 readiness = ClusterReadiness(member)
                 described += f", member of group {cluster.group} as {url}"
             extras = observability(engine, readiness=readiness)  # events, /metrics, /healthz, /readyz
@@ -324,3 +326,6 @@ def add_serve(command: argparse.ArgumentParser, integer: type[int] | object) -> 
                          help=f"with --standbys: a partition moves to a member (a new one) only once its state "
                               f"of it is within N records of the owner's; until then it stays and is warmed "
                               f"there as a standby (default {DEFAULT_WARMUP_LAG})")
+    cluster.add_argument("--no-snapshots", action="store_true",
+                         help="with --group: take a partition on with no state here by replaying the log, never "
+                              "from a peer's state snapshot (GET /v1/partitions/{p}/snapshot)")

@@ -33,6 +33,9 @@ What ``ClusterMember`` promises:
   here while this member's state of it is far behind stays with its owner and is warmed here as
   a standby (``standbys.defer_cold_moves``); a thread checks once a second and, when every
   partition warmed is within the lag, joins again so the leader moves them (``rejoin``).
+* **Snapshots** (``snapshots``, on unless ``--no-snapshots``): a partition assigned with no
+  state here is restored from a peer's snapshot, then only its tail replayed
+  (``engine.cluster.restore``); any failure falls back to the replay.
 * **Standbys** (``standbys``: K, ``--standbys``): each new generation's map says which partitions
   this member keeps as standbys (``engine.cluster.standbys``); the engine applies exactly those
   (``add_standbys``/``remove_standbys``, state kept), and a partition given up goes on being
@@ -54,6 +57,7 @@ from prometheus_client.registry import Collector
 
 from engine.cluster.membership import DEFAULT_SESSION_TIMEOUT, Membership
 from engine.cluster.ownership import OwnershipMap
+from engine.cluster.restore import Restorer
 from engine.cluster.standbys import DEFAULT_WARMUP_LAG
 from engine.facade import HistoryEngine
 from engine.service.health import Readiness
@@ -73,8 +77,11 @@ class ClusterMember:
 
     def __init__(self, engine: HistoryEngine, bootstrap: str, topic: str, group: str, advertise: str, *,
                  session_timeout: float = DEFAULT_SESSION_TIMEOUT, instance_id: str | None = None,
-                 standbys: int = 0, warmup_lag: int = DEFAULT_WARMUP_LAG) -> None:
+                 standbys: int = 0, warmup_lag: int = DEFAULT_WARMUP_LAG, token: str | None = None,
+                 snapshots: bool = True) -> None:
         self.engine = engine
+        self.restorer = Restorer(engine, self._peers_of, token) if snapshots else None
+        """Takes cold partitions on from a peer's snapshot (``engine.cluster.restore``); None: replay."""
         self.standbys = standbys
         self.warmup_lag = warmup_lag
         self._closing = threading.Event()
@@ -89,6 +96,7 @@ class ClusterMember:
         # call at join time, when kafka-python asks for them.
         opened = engine.stats().applied_offsets
         self._held: set[int] = {p for p, o in enumerate(opened) if o > 0}
+        self._seen: set[str] = set()  # every member URL any map named: who may hold state to restore from
         # rebalance_timeout = session_timeout: a member stuck in a join (see Membership.lease_valid)
         # stops serving as soon as a frozen one would, not 30 s later.
         self.membership = Membership(bootstrap, topic, group, advertise, session_timeout=session_timeout,
@@ -104,7 +112,21 @@ class ClusterMember:
     def _assigned(self, parts: frozenset[int]) -> None:
         with self._lock:
             self._held |= parts  # state from now on
-        self.engine.assign(parts)  # a standby is promoted where it stands
+        if self.restorer is not None:
+            self.restorer.take_on(parts)  # a cold one from a peer's snapshot; a standby where it stands
+        else:
+            self.engine.assign(parts)  # a standby is promoted where it stands
+
+    def _peers_of(self, partition: int) -> list[str]:
+        """Whom to ask for ``partition``'s snapshot: its standbys (current), then the members of
+        the map, then every member seen in an earlier map (one evicted, say after a stall, still
+        holds its state and serves snapshots)."""
+        latest = self.membership.map
+        first = [u for u in latest.standbys.get(partition, ()) if u != latest.self_url]
+        now = sorted({u for u in latest.owners.values() if u != latest.self_url} - set(first))
+        with self._lock:
+            before = sorted(self._seen - set(first) - set(now) - {latest.self_url})
+        return first + now + before
 
     def held(self) -> dict[int, int]:
         """Partition -> checkpoint (the applied offset, from memory: never a log call) of the
@@ -124,6 +146,8 @@ class ClusterMember:
     def _changed(self, latest: OwnershipMap) -> None:
         """A new map: once per generation, apply exactly the standbys it gives this member (a
         standby removed keeps its state, so it stays a preferred destination; ``held``)."""
+        with self._lock:
+            self._seen |= {*latest.owners.values(), *(u for us in latest.standbys.values() for u in us)}
         if latest.generation < 0 or latest.generation == self._standby_generation:
             return
         self._standby_generation = latest.generation
@@ -189,6 +213,8 @@ class ClusterMember:
     def close(self) -> None:
         """Leave the group (revoke everything first, then LeaveGroup); idempotent."""
         self._closing.set()
+        if self.restorer is not None:
+            self.restorer.close()
         self.membership.close()
 
     def __enter__(self) -> ClusterMember:
@@ -230,8 +256,9 @@ class ClusterCollector(Collector):
     """``/metrics`` of a member: ``histlog_cluster_owned_partitions``, ``histlog_cluster_generation``,
     ``histlog_cluster_lease_valid``, ``histlog_cluster_rebalances_total``,
     ``histlog_cluster_catch_up_remaining_records`` (on partitions still catching up),
-    ``histlog_cluster_standby_partitions``, ``histlog_cluster_standby_lag_records`` and
-    ``histlog_cluster_warmup_rejoins_total``."""
+    ``histlog_cluster_standby_partitions``, ``histlog_cluster_standby_lag_records``,
+    ``histlog_cluster_warmup_rejoins_total``, ``histlog_cluster_snapshot_restores_total`` and
+    ``histlog_cluster_snapshot_fallbacks_total``."""
 
     def __init__(self, member: ClusterMember, probe: StatsProbe | None = None) -> None:
         self.member = member
@@ -253,6 +280,15 @@ class ClusterCollector(Collector):
                                       "Joins again after warming partitions up, to take them over")
         rejoins.add_metric([], m.rejoins)
         yield rejoins
+        restorer = self.member.restorer
+        restored = CounterMetricFamily("histlog_cluster_snapshot_restores",
+                                       "Partitions taken on from a peer's state snapshot instead of a replay")
+        restored.add_metric([], 0 if restorer is None else restorer.restored)
+        yield restored
+        fell_back = CounterMetricFamily("histlog_cluster_snapshot_fallbacks",
+                                        "Partitions that asked for a snapshot and were replayed (no peer gave one)")
+        fell_back.add_metric([], 0 if restorer is None else restorer.fell_back)
+        yield fell_back
         catching = [p for p in owned if engine.partition_state(p) == "catching_up"]
         standbys = engine.standbys
         lag = self._lag() if catching or standbys else []  # behind the log end, every partition

@@ -13,10 +13,14 @@ The choice, per partition, deterministic:
 1. spread: no member takes more than ``ceil(partitions * K / members)`` standbys while another
    member with room could take it (a last pass hands the excess over where the greedy pass
    could not);
-2. warmth: among those, the member whose state of the partition is furthest along (``held``:
+2. apart: the partitions of one owner go to different standbys first, so that when the owner
+   dies, balance (which gives each survivor its share) can send each of them to its standby;
+   when a member owns more partitions than there are other members some must share one, and a
+   failover may then send one of those to a member without its state (replayed or restored);
+3. warmth: among those, the member whose state of the partition is furthest along (``held``:
    the checkpoints each member announced at its join) first, so a standby stays where it is
    and the most caught-up replicas are the ones kept;
-3. then the member with fewer standbys so far, then the member id.
+4. then the member with fewer standbys so far, then the member id.
 
 **Warm-up before a move** (KIP-441's idea, ``defer_cold_moves``): when balance moves a partition
 from a live owner to a member whose state of it is more than ``--warmup-lag`` records behind the
@@ -72,15 +76,17 @@ def place_standbys(final: Mapping[int, str], members: Sequence[str], held: Mappi
     load = dict.fromkeys(pool, 0)
     cap = -(-len(final) * min(k, len(pool) - 1) // len(pool))
     out: dict[int, tuple[str, ...]] = {}
+    pairs: dict[tuple[str, str], int] = {}  # (owner, standby) -> partitions of that owner it keeps
     for p in sorted(final):
         owner = final[p]
 
-        def rank(m: str, p: int = p) -> tuple[bool, int, int, str]:
-            return load[m] >= cap, -held.get(m, {}).get(p, -1), load[m], m
+        def rank(m: str, p: int = p, owner: str = owner) -> tuple[bool, int, int, int, str]:
+            return load[m] >= cap, pairs.get((owner, m), 0), -held.get(m, {}).get(p, -1), load[m], m
 
         chosen = sorted((m for m in pool if m != owner), key=rank)[:k]
         for m in chosen:
             load[m] += 1
+            pairs[(owner, m)] = pairs.get((owner, m), 0) + 1
         out[p] = tuple(sorted(chosen))
     _even_out(out, final, load, cap)
     return out

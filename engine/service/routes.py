@@ -25,6 +25,7 @@ from engine.service.auth import read_body
 from engine.service.forward import is_forwarded
 from engine.service.route_base import DEFAULT_MAX_WAITERS, Context, Handler, Op, Waiters, json_response
 from engine.service.routes_checkpoints import CHECKPOINT_OPS
+from engine.service.routes_partitions import PARTITION_OPS
 from engine.service.routing import Param, segment
 from schemas.batch import Batch, Receipt
 from schemas.errors import LogUnavailable, NotFound, NotReady
@@ -425,4 +426,5 @@ OPS: tuple[Op, ...] = (
        errors=(400, 401)),
     Op("GET", "/v1/stats", "stats", "Log offsets, lag and admission counts (histlog stats --json)", get_stats,
        (200, wire.StatsOut), errors=(400, 401, 503)),
+    *PARTITION_OPS,
 )

@@ -35,6 +35,7 @@ __all__ = [
     "batch_of",
     "checked",
     "conversations_on_every_partition",
+    "fill_partitions",
     "finals_of",
     "get_json",
     "resend_everything",
@@ -171,6 +172,27 @@ def whole_map(members: Sequence[MemberProcess], partitions: int = PARTITIONS) ->
     if not all(m.ready() for m in members):
         raise ValueError(f"not every member is ready: {[(m.url, m.ready()) for m in members]}")
     return first
+
+
+def fill_partitions(kafka: str, topic: str, conversations: Sequence[str], per: int, partitions: int) -> None:
+    """``per`` appends to each conversation written straight to the topic by a raw producer (as
+    another member would, only faster), each on its conversation's partition."""
+    from kafka import KafkaProducer
+
+    from schemas.events import BatchAppended, encode_event
+    from schemas.times import now_ms
+
+    producer = KafkaProducer(bootstrap_servers=kafka, acks="all", linger_ms=20)
+    try:
+        for k, c in enumerate(conversations):
+            p = partition_for_key(record_key(c), partitions)
+            for i in range(per):
+                b = batch_of(k, i, c)
+                producer.send(topic, key=record_key(b.conversation_id, b.append_id),
+                              value=encode_event(BatchAppended.of(b, now_ms())), partition=p)
+        producer.flush()
+    finally:
+        producer.close()
 
 
 def batch_of(client: int, i: int, conversation: str) -> Batch:

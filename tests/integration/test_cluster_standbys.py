@@ -20,12 +20,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from kafka import KafkaProducer
 
 from engine import AsyncHistoryClient, HistoryEngine
-from schemas.events import BatchAppended, encode_event
-from schemas.records import partition_for_key, record_key
-from schemas.times import now_ms
 from tests.history_checker import AsyncRecorded, History
 from tests.integration.cluster_support import (
     PARTITIONS,
@@ -35,6 +31,7 @@ from tests.integration.cluster_support import (
     batch_of,
     checked,
     conversations_on_every_partition,
+    fill_partitions,
     finals_of,
     get_json,
     resend_everything,
@@ -271,15 +268,7 @@ def test_a_new_member_takes_partitions_over_only_once_it_has_warmed_them_up(tmp_
     HistoryEngine.open(kafka=kafka_bootstrap, topic=topic, state_dir=tmp_path / "creator",
                        partitions=partitions).close()
     conversations = conversations_on_every_partition(1, partitions)
-    producer = KafkaProducer(bootstrap_servers=kafka_bootstrap, acks="all", linger_ms=20)
-    for c in conversations:
-        p = partition_for_key(record_key(c), partitions)
-        for i in range(per):
-            b = batch_of(p, i, c)
-            producer.send(topic, key=record_key(b.conversation_id, b.append_id),
-                          value=encode_event(BatchAppended.of(b, now_ms())), partition=p)
-    producer.flush()
-    producer.close()
+    fill_partitions(kafka_bootstrap, topic, conversations, per, partitions)
     flags = ("--standbys", "1", "--warmup-lag", str(lag))
     first = MemberProcess("m0", kafka_bootstrap, topic, group, tmp_path / "m0", tmp_path / "m0.log", *flags)
     new = MemberProcess("m1", kafka_bootstrap, topic, group, tmp_path / "m1", tmp_path / "m1.log", *flags)

@@ -35,6 +35,7 @@ KAFKA = ["--kafka", "127.0.0.1:1", "--topic", "t"]  # nothing listens there: any
     ([*KAFKA, "--state", "{d}", "serve", "--group", "g", "--advertise", "http://h:1", "--standbys", "-1"],
      "--standbys"),
     ([*KAFKA, "--state", "{d}", "serve", "--warmup-lag", "5"], "add --group"),
+    ([*KAFKA, "--state", "{d}", "serve", "--no-snapshots"], "add --group"),
     ([*KAFKA, "--state", "{d}", "serve", "--group", "g", "--advertise", "http://h:1", "--warmup-lag", "5"],
      "add --standbys 1"),
     ([*KAFKA, "--state", "{d}", "serve", "--group", "g", "--advertise", "http://h:1", "--standbys", "1",

@@ -126,3 +126,13 @@ def test_the_assignment_keeps_a_cold_move_with_its_owner_and_names_the_member_wa
     # K = 0: no warm-up, the old behaviour.
     out = OwnershipAssignor("http://x:1", TOPIC).assign(Cluster(4), members)
     assert decode_warmups(out["x"].user_data) == {} and len(out["x"].partitions()) == 2
+
+
+def test_the_partitions_of_one_owner_get_different_standbys_while_there_are_enough_members() -> None:
+    for n in (3, 4, 5):
+        members = [f"m{i}" for i in range(n)]
+        final = {p: members[p % n] for p in range(2 * n)}  # two partitions each
+        got = place_standbys(final, members, {}, 1)
+        for owner in members:
+            mine = [got[p][0] for p, o in final.items() if o == owner]
+            assert len(set(mine)) == len(mine), (owner, got)

@@ -1,0 +1,153 @@
+"""State snapshots between cluster members (issue 48, docs/cluster.md "State snapshots"), on a
+real Kafka broker with ``histlog serve --group`` members as subprocesses on 127.0.0.1.
+
+* A member joining a group whose partitions hold thousands of records takes its share from the
+  other member's snapshots (``GET /v1/partitions/{p}/snapshot``) instead of replaying them: it
+  applies nothing of them but their tail, serves what the log holds, and the conversations
+  cleared before are in none of its files (the erasure proof on the restored member).
+* A member taking partitions on with no peer to ask (the only other member was killed) falls
+  back to the replay, and serves the same history.
+* The route itself: 404 for a partition the member holds nothing of, 400 naming ``p`` for one
+  that is not a partition (the token: ``tests/service/test_http_snapshots.py``).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from engine import HistoryClient, HistoryEngine
+from schemas.records import partition_for_key, record_key
+from tests.integration.cluster_support import (
+    MemberProcess,
+    conversations_on_every_partition,
+    fill_partitions,
+    get_json,
+    wait_until,
+    whole_map,
+)
+from tests.integration.erasure_support import files_holding, token, token_batch
+from tests.kafka_broker import unique_topic
+
+pytestmark = pytest.mark.kafka
+
+PARTITIONS, PER = 4, 1500
+JOIN_S, CATCH_UP_S = 60.0, 60.0
+
+
+def _metric(m: MemberProcess, name: str) -> float | None:
+    for line in httpx.get(m.url + "/metrics", timeout=5.0).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+
+def _owned(m: MemberProcess) -> set[int]:
+    return {int(p) for p, u in get_json(m.url, "/v1/cluster")["owners"].items() if u == m.url}
+
+
+@pytest.fixture
+def topic(tmp_path: Path, kafka_bootstrap: str) -> tuple[str, list[str], list[str]]:
+    """A 4-partition topic: ``PER`` appends on one conversation of each partition, and on a
+    second conversation of each partition a batch holding a token, then cleared."""
+    name = unique_topic("snapshot")
+    by: dict[int, list[str]] = {}
+    for c in conversations_on_every_partition(2, PARTITIONS):
+        by.setdefault(partition_for_key(record_key(c), PARTITIONS), []).append(c)
+    kept, doomed = [cs[0] for _, cs in sorted(by.items())], [cs[1] for _, cs in sorted(by.items())]
+    with HistoryEngine.open(kafka=kafka_bootstrap, topic=name, state_dir=tmp_path / "creator",
+                            partitions=PARTITIONS) as creator:
+        tokens = []
+        for c in doomed:
+            tokens.append(token())
+            creator.append(token_batch(c, "secret", tokens[-1]))
+            creator.clear(c)
+    fill_partitions(kafka_bootstrap, name, kept, PER, PARTITIONS)
+    return name, kept, tokens
+
+
+def _start(*members: MemberProcess) -> None:
+    threads = [threading.Thread(target=m.start) for m in members]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(JOIN_S)
+    assert all(m.url for m in members), [m.stderr()[-1500:] for m in members if not m.url]
+
+
+@pytest.mark.slow
+def test_a_joining_member_takes_its_partitions_from_snapshots_erased_conversations_and_all(
+        tmp_path: Path, kafka_bootstrap: str, topic: tuple[str, list[str], list[str]]) -> None:
+    name, kept, tokens = topic
+    group = unique_topic("group")
+    first = MemberProcess("m0", kafka_bootstrap, name, group, tmp_path / "m0", tmp_path / "m0.log")
+    new = MemberProcess("m1", kafka_bootstrap, name, group, tmp_path / "m1", tmp_path / "m1.log")
+    try:
+        _start(first)
+        wait_until(lambda: whole_map([first], PARTITIONS) and first.ready(), JOIN_S + CATCH_UP_S,
+                   "the first member owns every partition and is ready")
+        # The route: a partition it holds, one it does not, and bad input.
+        with httpx.stream("GET", first.url + "/v1/partitions/0/snapshot", timeout=30) as r:
+            assert r.status_code == 200 and r.headers["content-type"].startswith("application/vnd.histlog")
+            assert r.read().startswith(b"histlog-partition-snapshot\n")
+        for bad in ("4", "x", "-1", "01"):
+            r = httpx.get(first.url + f"/v1/partitions/{bad}/snapshot", timeout=5)
+            assert r.status_code == 400 and "path segment p" in r.json()["detail"], r.text
+
+        _start(new)
+        wait_until(lambda: whole_map([first, new], PARTITIONS) and _owned(new) and first.ready() and new.ready(),
+                   JOIN_S + CATCH_UP_S, "the new member owns its share and is ready")
+        mine = _owned(new)
+        assert len(mine) == PARTITIONS // 2
+        # (>=: on a loaded machine the first member's lease may lapse mid-join; the new one then
+        # takes every partition on for a moment, from the first's snapshots too, and gives half back.)
+        wait_until(lambda: (_metric(new, "histlog_cluster_snapshot_restores_total") or 0) >= len(mine), CATCH_UP_S,
+                   "the new member restored each of its partitions from a snapshot")
+        assert _metric(new, "histlog_cluster_snapshot_fallbacks_total") == 0
+        stats = get_json(new.url, "/v1/stats")
+        for p in mine:
+            assert stats["applied_offsets"][p] == stats["end_offsets"][p]
+            assert stats["applied_since_open"][p] == 0, f"partition {p}: replayed {stats['applied_since_open'][p]}"
+        with HistoryClient(new.url) as client:
+            for c in kept:
+                messages = client.read(c)
+                assert len(messages) == 2 * PER and messages[-1].text() == f"answer a-{kept.index(c)}-{PER - 1}"
+        assert files_holding(tmp_path / "m1", [t.encode() for t in tokens]) == []  # erased there too
+        with httpx.stream("GET", new.url + f"/v1/partitions/{min(set(range(PARTITIONS)) - mine)}/snapshot",
+                          timeout=5) as r:
+            assert r.status_code == 404  # it holds nothing of a partition it never had
+    finally:
+        first.stop()
+        new.stop()
+
+
+@pytest.mark.slow
+def test_with_no_peer_to_ask_a_member_replays(tmp_path: Path, kafka_bootstrap: str,
+                                             topic: tuple[str, list[str], list[str]]) -> None:
+    name, kept, _ = topic
+    group = unique_topic("group")
+    first = MemberProcess("m0", kafka_bootstrap, name, group, tmp_path / "m0", tmp_path / "m0.log")
+    new = MemberProcess("m1", kafka_bootstrap, name, group, tmp_path / "m1", tmp_path / "m1.log")
+    try:
+        _start(first)
+        wait_until(lambda: whole_map([first], PARTITIONS) and first.ready(), JOIN_S + CATCH_UP_S,
+                   "the first member owns every partition and is ready")
+        first.signal(signal.SIGKILL)  # the only member with state is gone
+        assert first.wait() == -signal.SIGKILL
+        _start(new)
+        wait_until(lambda: whole_map([new], PARTITIONS) and new.ready(), JOIN_S + CATCH_UP_S,
+                   "the new member owns every partition and is ready")
+        assert _metric(new, "histlog_cluster_snapshot_restores_total") == 0
+        assert _metric(new, "histlog_cluster_snapshot_fallbacks_total") == PARTITIONS
+        stats = get_json(new.url, "/v1/stats")
+        assert stats["applied_since_open"] == stats["end_offsets"]  # replayed, every partition
+        with HistoryClient(new.url) as client:
+            for c in kept:
+                assert len(client.read(c)) == 2 * PER
+    finally:
+        first.stop()
+        new.stop()
