@@ -38,7 +38,9 @@ __all__ = [
     "fill_partitions",
     "finals_of",
     "get_json",
+    "metric",
     "resend_everything",
+    "start_all",
     "wait_until",
     "whole_map",
 ]
@@ -155,6 +157,26 @@ class MemberProcess:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def start_all(members: Sequence[MemberProcess], timeout: float = START_S) -> None:
+    """Start ``members`` in parallel (each start waits for its URL), bounded by ``timeout``."""
+    import threading
+
+    threads = [threading.Thread(target=m.start) for m in members]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert all(m.url for m in members), [m.stderr()[-1500:] for m in members if not m.url]
+
+
+def metric(m: MemberProcess, name: str) -> float | None:
+    """The value of the unlabelled sample ``name`` on the member's ``/metrics`` (None if absent)."""
+    for line in httpx.get(m.url + "/metrics", timeout=5.0).text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
 
 
 def whole_map(members: Sequence[MemberProcess], partitions: int = PARTITIONS) -> dict[int, str]:

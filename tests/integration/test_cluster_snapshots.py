@@ -14,7 +14,6 @@ real Kafka broker with ``histlog serve --group`` members as subprocesses on 127.
 from __future__ import annotations
 
 import signal
-import threading
 from pathlib import Path
 
 import httpx
@@ -27,6 +26,8 @@ from tests.integration.cluster_support import (
     conversations_on_every_partition,
     fill_partitions,
     get_json,
+    metric,
+    start_all,
     wait_until,
     whole_map,
 )
@@ -37,13 +38,6 @@ pytestmark = pytest.mark.kafka
 
 PARTITIONS, PER = 4, 1500
 JOIN_S, CATCH_UP_S = 60.0, 60.0
-
-
-def _metric(m: MemberProcess, name: str) -> float | None:
-    for line in httpx.get(m.url + "/metrics", timeout=5.0).text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
 
 
 def _owned(m: MemberProcess) -> set[int]:
@@ -70,15 +64,6 @@ def topic(tmp_path: Path, kafka_bootstrap: str) -> tuple[str, list[str], list[st
     return name, kept, tokens
 
 
-def _start(*members: MemberProcess) -> None:
-    threads = [threading.Thread(target=m.start) for m in members]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(JOIN_S)
-    assert all(m.url for m in members), [m.stderr()[-1500:] for m in members if not m.url]
-
-
 @pytest.mark.slow
 def test_a_joining_member_takes_its_partitions_from_snapshots_erased_conversations_and_all(
         tmp_path: Path, kafka_bootstrap: str, topic: tuple[str, list[str], list[str]]) -> None:
@@ -87,7 +72,7 @@ def test_a_joining_member_takes_its_partitions_from_snapshots_erased_conversatio
     first = MemberProcess("m0", kafka_bootstrap, name, group, tmp_path / "m0", tmp_path / "m0.log")
     new = MemberProcess("m1", kafka_bootstrap, name, group, tmp_path / "m1", tmp_path / "m1.log")
     try:
-        _start(first)
+        start_all([first], JOIN_S)
         wait_until(lambda: whole_map([first], PARTITIONS) and first.ready(), JOIN_S + CATCH_UP_S,
                    "the first member owns every partition and is ready")
         # The route: a partition it holds, one it does not, and bad input.
@@ -98,16 +83,16 @@ def test_a_joining_member_takes_its_partitions_from_snapshots_erased_conversatio
             r = httpx.get(first.url + f"/v1/partitions/{bad}/snapshot", timeout=5)
             assert r.status_code == 400 and "path segment p" in r.json()["detail"], r.text
 
-        _start(new)
+        start_all([new], JOIN_S)
         wait_until(lambda: whole_map([first, new], PARTITIONS) and _owned(new) and first.ready() and new.ready(),
                    JOIN_S + CATCH_UP_S, "the new member owns its share and is ready")
         mine = _owned(new)
         assert len(mine) == PARTITIONS // 2
         # (>=: on a loaded machine the first member's lease may lapse mid-join; the new one then
         # takes every partition on for a moment, from the first's snapshots too, and gives half back.)
-        wait_until(lambda: (_metric(new, "histlog_cluster_snapshot_restores_total") or 0) >= len(mine), CATCH_UP_S,
+        wait_until(lambda: (metric(new, "histlog_cluster_snapshot_restores_total") or 0) >= len(mine), CATCH_UP_S,
                    "the new member restored each of its partitions from a snapshot")
-        assert _metric(new, "histlog_cluster_snapshot_fallbacks_total") == 0
+        assert metric(new, "histlog_cluster_snapshot_fallbacks_total") == 0
         stats = get_json(new.url, "/v1/stats")
         for p in mine:
             assert stats["applied_offsets"][p] == stats["end_offsets"][p]
@@ -133,16 +118,16 @@ def test_with_no_peer_to_ask_a_member_replays(tmp_path: Path, kafka_bootstrap: s
     first = MemberProcess("m0", kafka_bootstrap, name, group, tmp_path / "m0", tmp_path / "m0.log")
     new = MemberProcess("m1", kafka_bootstrap, name, group, tmp_path / "m1", tmp_path / "m1.log")
     try:
-        _start(first)
+        start_all([first], JOIN_S)
         wait_until(lambda: whole_map([first], PARTITIONS) and first.ready(), JOIN_S + CATCH_UP_S,
                    "the first member owns every partition and is ready")
         first.signal(signal.SIGKILL)  # the only member with state is gone
         assert first.wait() == -signal.SIGKILL
-        _start(new)
+        start_all([new], JOIN_S)
         wait_until(lambda: whole_map([new], PARTITIONS) and new.ready(), JOIN_S + CATCH_UP_S,
                    "the new member owns every partition and is ready")
-        assert _metric(new, "histlog_cluster_snapshot_restores_total") == 0
-        assert _metric(new, "histlog_cluster_snapshot_fallbacks_total") == PARTITIONS
+        assert metric(new, "histlog_cluster_snapshot_restores_total") == 0
+        assert metric(new, "histlog_cluster_snapshot_fallbacks_total") == PARTITIONS
         stats = get_json(new.url, "/v1/stats")
         assert stats["applied_since_open"] == stats["end_offsets"]  # replayed, every partition
         with HistoryClient(new.url) as client:

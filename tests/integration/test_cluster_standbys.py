@@ -34,7 +34,9 @@ from tests.integration.cluster_support import (
     fill_partitions,
     finals_of,
     get_json,
+    metric,
     resend_everything,
+    start_all,
     wait_until,
     whole_map,
 )
@@ -56,12 +58,7 @@ def members(tmp_path: Path, kafka_bootstrap: str) -> Iterator[list[MemberProcess
     started = [MemberProcess(f"m{i}", kafka_bootstrap, topic, group, tmp_path / f"m{i}", tmp_path / f"m{i}.log",
                              "--standbys", "1") for i in range(3)]
     try:
-        threads = [threading.Thread(target=m.start) for m in started]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(JOIN_S)
-        assert all(m.url for m in started), [m.stderr()[-1500:] for m in started if not m.url]
+        start_all(started, JOIN_S)
         wait_until(lambda: whole_map(started) and all(_standbys(m) for m in started), JOIN_S,
                    "three members agree on one map, with standbys")
         yield started
@@ -77,13 +74,6 @@ def _standbys(m: MemberProcess) -> dict[int, list[str]]:
 def _stats(m: MemberProcess) -> dict[str, list[int]]:
     s: dict[str, list[int]] = get_json(m.url, "/v1/stats")
     return s
-
-
-def _metric(m: MemberProcess, name: str) -> float | None:
-    for line in httpx.get(m.url + "/metrics", timeout=5.0).text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
 
 
 def _standbys_current(members: list[MemberProcess]) -> bool:
@@ -123,8 +113,8 @@ def test_standbys_are_placed_kept_current_and_take_over_a_killed_owner_without_a
     wait_until(lambda: _standbys_current(members), CATCH_UP_S, "every standby has applied its partitions' log end")
     for m in members:
         kept = sum(m.url in us for us in standbys.values())
-        wait_until(lambda m=m, kept=kept: _metric(m, "histlog_cluster_standby_partitions") == kept
-                   and _metric(m, "histlog_cluster_standby_lag_records") == 0, CATCH_UP_S,
+        wait_until(lambda m=m, kept=kept: metric(m, "histlog_cluster_standby_partitions") == kept
+                   and metric(m, "histlog_cluster_standby_lag_records") == 0, CATCH_UP_S,
                    f"{m.name}'s /metrics shows its {kept} standbys caught up")
 
     # kill -9 the owner of partitions, under load: the standbys take them over.
@@ -241,11 +231,7 @@ def test_the_whole_cluster_restarted_resumes_every_partition_from_its_state(memb
         m.signal(signal.SIGKILL)
     for m in members:
         assert m.wait() == -signal.SIGKILL
-    threads = [threading.Thread(target=m.start) for m in members]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(JOIN_S)
+    start_all(members, JOIN_S)
     wait_until(lambda: whole_map(members) and all(_standbys(m) for m in members) and all(m.ready() for m in members),
                JOIN_S, "the restarted members agree on a map with standbys and are ready")
     wait_until(lambda: _standbys_current(members), CATCH_UP_S, "every standby has caught up again")
@@ -298,8 +284,8 @@ def test_a_new_member_takes_partitions_over_only_once_it_has_warmed_them_up(tmp_
         s = _stats(new)
         for p in owned_new:  # applied as a standby before it was owned: every record once
             assert s["applied_since_open"][p] == s["end_offsets"][p] == per, (p, s)
-        assert (_metric(new, "histlog_cluster_warmup_rejoins_total") or 0) >= 1
-        assert _metric(first, "histlog_cluster_warmup_rejoins_total") == 0
+        assert (metric(new, "histlog_cluster_warmup_rejoins_total") or 0) >= 1
+        assert metric(first, "histlog_cluster_warmup_rejoins_total") == 0
     finally:
         first.stop()
         new.stop()

@@ -15,7 +15,6 @@ Every member is killed at the end; waits are bounded (Playwright's ``expect``, `
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import pytest
 from engine import HistoryEngine
 from schemas.records import partition_for_key, record_key
 from tests.console.browser_support import Watched, launched, watch
-from tests.integration.cluster_support import PARTITIONS, MemberProcess, get_json, wait_until, whole_map
+from tests.integration.cluster_support import PARTITIONS, MemberProcess, get_json, start_all, wait_until, whole_map
 from tests.kafka_broker import unique_topic
 
 try:
@@ -59,12 +58,7 @@ def members(kafka_bootstrap: str, tmp_path: Path) -> Iterator[list[MemberProcess
     started = [MemberProcess(f"m{i}", kafka_bootstrap, topic, group, tmp_path / f"m{i}", tmp_path / f"m{i}.log")
                for i in (1, 2)]
     try:
-        threads = [threading.Thread(target=m.start) for m in started]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(JOIN_S)
-        assert all(m.url for m in started), [m.stderr()[-1500:] for m in started if not m.url]
+        start_all(started, JOIN_S)
         wait_until(lambda: whole_map(started), JOIN_S, "two members agree on one map of every partition")
         yield started
     finally:
