@@ -242,6 +242,17 @@ def test_the_whole_cluster_restarted_resumes_every_partition_from_its_state(memb
     checked(history, asyncio.run(finals_of(history, urls)))
 
 
+def _skip_if_the_first_member_dropped_out(first: MemberProcess) -> None:
+    """A warm-up waits on a live owner. If the first member's lease lapsed meanwhile (CPU
+    starvation on a loaded 2-core machine, or kafka-python's stuck join, docs/cluster.md "Known
+    issue"), its partitions were a dead owner's for a while and moved at once, as they must: the
+    scenario this test is about did not happen, so it says so instead of passing or failing."""
+    log = first.stderr()
+    if "lease expired" in log or "starting it again as a new member" in log:
+        pytest.skip("the first member dropped out of the group mid-test (lease expired or a stuck join; see its "
+                    "log): the warm-up was not exercised this run")
+
+
 @pytest.mark.slow
 def test_a_new_member_takes_partitions_over_only_once_it_has_warmed_them_up(tmp_path: Path,
                                                                             kafka_bootstrap: str) -> None:
@@ -275,8 +286,12 @@ def test_a_new_member_takes_partitions_over_only_once_it_has_warmed_them_up(tmp_
             return bool(mine) and not cluster.get("warmups") and bool(whole_map([first, new], partitions)) \
                 and first.ready() and new.ready()
 
-        wait_until(settled, JOIN_S + CATCH_UP_S, "the new member warms up, joins again and owns its share",
-                   every=0.05)
+        try:
+            wait_until(settled, JOIN_S + CATCH_UP_S, "the new member warms up, joins again and owns its share",
+                       every=0.05)
+        finally:
+            _skip_if_the_first_member_dropped_out(first)
+        _skip_if_the_first_member_dropped_out(first)
         assert seen_warmups, "the new member was given partitions without a warm-up"
         assert worst <= lag, f"the new member owned a partition {worst} records behind (warm-up lag {lag})"
         owned_new = {int(p) for p, u in get_json(new.url, "/v1/cluster")["owners"].items() if u == new.url}
