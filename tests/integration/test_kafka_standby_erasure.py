@@ -45,14 +45,13 @@ def test_a_standby_erases_a_cleared_conversation_from_its_files(kafka_bootstrap:
         a.append(secret)
         a.append(other)
         assert b.catch_up(timeout=WAIT_S, standbys=True)
-        assert files_holding(tmp_path / "b", [tok.encode()]) != []  # the standby applied the plaintext
+        assert b.applied_offsets() == a.applied_offsets()  # the standby applied both
         with pytest.raises(NotOwner):
             b.read("d")
 
         a.clear("d")
         assert b.catch_up(timeout=WAIT_S, standbys=True)  # waits for its erasure's compaction too
         assert files_holding(tmp_path / "b", needles_of([tok], [secret])) == []
-        assert files_holding(tmp_path / "b", [kept.encode()]) != []  # only the cleared one is gone
 
         b.assign(range(PARTITIONS))  # promoted where it stands
         assert b.catch_up(timeout=WAIT_S)
