@@ -28,6 +28,10 @@ a standby where it stands, so taking it on costs only the tail it had not applie
 follows the owned and standby sets on the projector thread (a Kafka consumer is not
 thread-safe): records of a partition not applied, or taken on but not yet re-positioned at its
 checkpoint, are skipped, never applied out of order.
+
+About 500 lines on purpose: the step, the custom projections' catch-up and the lifecycle share
+one lock and one set of offsets; the owned-partition and waiting halves already live apart
+(``projections.partitions``, ``projections.waiting``).
 """
 
 from __future__ import annotations
