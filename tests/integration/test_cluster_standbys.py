@@ -227,6 +227,9 @@ def test_the_whole_cluster_restarted_resumes_every_partition_from_its_state(memb
     conversations = conversations_on_every_partition(2)
     asyncio.run(Load(history, urls, conversations, clients=6, per_client=6).run())
     wait_until(lambda: _standbys_current(members), CATCH_UP_S, "every standby has applied its partitions' log end")
+    held = {m.name: {p for p, o in enumerate(_stats(m)["applied_offsets"]) if o > 0} for m in members}
+    written = {p for p, o in enumerate(_stats(members[0])["end_offsets"]) if o > 0}
+    assert all(sum(p in h for h in held.values()) >= 2 for p in written), (written, held)  # an owner and a standby
     for m in members:
         m.signal(signal.SIGKILL)
     for m in members:
@@ -235,10 +238,13 @@ def test_the_whole_cluster_restarted_resumes_every_partition_from_its_state(memb
     wait_until(lambda: whole_map(members) and all(_standbys(m) for m in members) and all(m.ready() for m in members),
                JOIN_S, "the restarted members agree on a map with standbys and are ready")
     wait_until(lambda: _standbys_current(members), CATCH_UP_S, "every standby has caught up again")
+    # What a member held before the kill it resumes from its checkpoint. A partition it did not
+    # hold may be replayed from 0: while the members rejoin one by one, an early map can give it
+    # one (placement among members whose state is equal is free to differ from the last run).
     for m in members:
         s = _stats(m)
-        for p in range(PARTITIONS):
-            assert s["applied_since_open"][p] < max(s["end_offsets"][p], 1), (m.name, p, s)
+        for p in held[m.name]:
+            assert s["applied_since_open"][p] < s["end_offsets"][p], (m.name, p, s)
     checked(history, asyncio.run(finals_of(history, urls)))
 
 
