@@ -18,6 +18,7 @@ Run ``python -m bench --only cluster [--quick]`` (or ``histlog bench cluster``).
 * **forward hop**: ``bench_forward`` (``window(20)`` direct vs through a non-owner), reused.
 * **failover**: ``bench_failover`` (kill -9 of an owner with ``--standbys 0`` vs ``1``, a standby's cost), on
   the same broker.
+* **a new member's time to ready**: ``bench_join`` (from a peer's snapshot vs by replay), on the same broker.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import Any
 
 from kafka import KafkaProducer
 
-from bench import bench_failover, bench_forward
+from bench import bench_failover, bench_forward, bench_join
 from bench.bench_kafka import _broker
 from bench.common import batch, event_bytes
 from engine import AsyncHistoryClient, HistoryEngine
@@ -199,13 +200,15 @@ def run(quick: bool = False) -> dict[str, Any]:
             member = _member(bootstrap, topic, root)
             throughput = _throughput(bootstrap, root, 1_000 if quick else 4_000)
             failover = bench_failover.run(quick=quick, bootstrap=bootstrap)
+            join = bench_join.run(quick=quick, bootstrap=bootstrap)
         forward = bench_forward.run(quick=quick)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return {"bench": "cluster", "events": events, "partitions": PARTITIONS, "full_replica": replica,
             "member": member, "members": MEMBERS, "startup_speedup": round(replica["ready_s"] / member["ready_s"], 2),
             "catch_up_speedup": round(replica["ready_s"] / max(member["catch_up_s"], 0.01), 2),
-            "appends": throughput, "forward": forward, "failover": failover}
+            "appends": throughput, "forward": forward, "failover": failover,
+            "join": join}
 
 
 def report(result: dict[str, Any]) -> str:
@@ -223,6 +226,7 @@ def report(result: dict[str, Any]) -> str:
         "cores; goal 1.6x needs cores of their own)",
         bench_forward.report(r["forward"]),
         bench_failover.report(r["failover"]),
+        *([bench_join.report(r["join"])] if "join" in r else []),
     ])
 
 

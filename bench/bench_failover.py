@@ -22,6 +22,7 @@ an owner dies and what it costs, measured in one run on one broker. Part of ``hi
   loaded in turn, in 4 interleaved rounds (order rotating) after an uncounted warm-up.
 * **efficiency**: the members' total CPU per append over that load, 2 members (K=0) vs 1 member alone
   (``--group``, K=0) on the same load, in the same interleaved rounds (goal <= 1.2x).
+* **a new member's time to ready** (snapshots vs replay): ``bench_join``, on the same broker.
 
 On this 2-core machine the members, the broker and the load generator share the cores: CPU per
 record/append is the robust number, rates swing between runs.
@@ -96,16 +97,17 @@ def _on_partition(partition: int, partitions: int, count: int, prefix: str) -> l
     return out
 
 
-def _fill(bootstrap: str, records: int) -> str:
-    """A 2-partition topic: ``records`` on partition 0, 100 on partition 1 (bench_cluster's encoding)."""
+def _fill(bootstrap: str, records: int, on_1: int = 100) -> str:
+    """A 2-partition topic: ``records`` on partition 0 (over 3000 conversations), ``on_1`` on
+    partition 1 (over 10 conversations, 3000 when ``on_1`` > 1000) (bench_cluster's encoding)."""
     topic = f"histlog-bench-failover-{uuid.uuid4().hex[:8]}"
     KafkaLog(bootstrap, topic, partitions=FAILOVER_PARTITIONS).close()
     on0 = _on_partition(0, FAILOVER_PARTITIONS, 3000, "conv")
-    on1 = _on_partition(1, FAILOVER_PARTITIONS, 10, "conv")
+    on1 = _on_partition(1, FAILOVER_PARTITIONS, 3000 if on_1 > 1000 else 10, "conv")
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=20,
                              batch_size=256 * 1024)
     try:
-        for partition, convs, n in ((0, on0, records), (1, on1, 100)):
+        for partition, convs, n in ((0, on0, records), (1, on1, on_1)):
             for i in range(n):
                 b = batch(convs[i % len(convs)], f"a-{i}")
                 producer.send(topic, key=record_key(b.conversation_id, b.append_id),
