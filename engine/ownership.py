@@ -52,7 +52,7 @@ class EnginePartitions:
         self._projector.assign(owned, self._log.end_offsets(), hold=hold)
 
     def release(self, parts: Iterable[int]) -> None:
-        """Start applying partitions held by ``assign(hold=True)``, from their checkpoints (a
+        """Start applying partitions held by ``assign`` or ``add_standbys`` (``hold=True``), from their checkpoints (a
         restored snapshot's, or offset 0). Others are left alone."""
         held = check_partitions(parts, self._log.partitions)
         self._check_open()
@@ -67,8 +67,15 @@ class EnginePartitions:
         self._check_open()
         return self._projector.snapshot(p)
 
+    @property
+    def snapshots_sending(self) -> int:
+        """How many ``partition_snapshot`` streams are being read now (from their first chunk
+        until their last, or until they are closed)."""
+        return self._projector.snapshots_sending
+
     def restore_partition(self, partition: int, chunks: Iterable[bytes]) -> int:
-        """Install a peer's snapshot of a partition held by ``assign(hold=True)``, verified first
+        """Install a peer's snapshot of a partition held by ``assign`` or ``add_standbys``
+        (``hold=True``), verified first
         (``SnapshotRejected`` naming the check that failed: nothing installed); returned: its
         checkpoint offset, where ``release`` resumes. The tail after it comes from the log, so
         the state equals a rebuild; ``NotOwner`` if the partition was revoked meanwhile."""
@@ -99,13 +106,16 @@ class EnginePartitions:
         never served (their calls raise ``NotOwner``; their events reach no subscription)."""
         return self._projector.standbys
 
-    def add_standbys(self, parts: Iterable[int]) -> None:
+    def add_standbys(self, parts: Iterable[int], *, hold: bool = False) -> None:
         """Apply ``parts`` as standbys, each from its own checkpoint (offset 0 without state).
         Returns at once. An ``assign`` of a standby later costs only the tail it had not applied.
-        Partitions owned or standby already are left alone."""
+        Partitions owned or standby already are left alone. ``hold=True``: not applied until
+        ``release``, so a snapshot can be restored into them first (``restore_partition``)."""
         new = check_partitions(parts, self._log.partitions)
+        if not isinstance(hold, bool):
+            raise InvalidConfiguration(f"add_standbys(hold=...) takes a bool, got {hold!r}")
         self._check_open()
-        self._projector.add_standbys(new)
+        self._projector.add_standbys(new, hold=hold)
 
     def remove_standbys(self, parts: Iterable[int], drop: bool = False) -> None:
         """Stop applying the standbys ``parts`` (others are left alone); returns once no step

@@ -54,7 +54,7 @@ class Ownership:
     _owned: frozenset[int]
     _standby: frozenset[int]  # applied, not served (a standby replica); disjoint from ``_owned``
     _applying: frozenset[int]  # ``(_owned | _standby) - _restoring``: what a step applies and the cursor reads
-    _restoring: frozenset[int]  # owned, catching up, not applied yet: its state comes from a peer (``restore``)
+    _restoring: frozenset[int]  # held (owned or standby), not applied yet: its state comes from a peer (``restore``)
     _catching: dict[int, int]  # taken on -> the log end seen then, until applied reaches it
     _unsynced: set[int]  # taken on; the cursor is not yet positioned at its checkpoint
     _replan: bool  # the cursor must follow ``_owned`` (done on the projector thread)
@@ -124,7 +124,7 @@ class Ownership:
             self._wake_cursor()
 
     def release(self, parts: Iterable[int]) -> None:
-        """Start applying the partitions held by ``assign(hold=True)``: from their checkpoints
+        """Start applying the partitions held by ``assign`` or ``add_standbys`` (``hold=True``): from their checkpoints
         (a snapshot's, once ``restore`` installed it; else offset 0). Others are left alone."""
         with self._step_lock:
             with self._cond:
@@ -140,9 +140,10 @@ class Ownership:
     def restore(self, partition: int, chunks: Iterable[bytes], log_end: int) -> int:
         """Install a peer's snapshot of ``partition`` (``projections.snapshots``: verified in a
         scratch store first; ``SnapshotRejected`` leaves the state as it was), which must be held
-        by ``assign(hold=True)``; returned: the snapshot's checkpoint, where ``release`` resumes.
-        ``NotOwner`` when the partition was revoked meanwhile (nothing installed). ``log_end``:
-        the partition's end in this log; a snapshot beyond it is of another log, refused."""
+        by ``assign(hold=True)`` or ``add_standbys(hold=True)``; returned: the snapshot's
+        checkpoint, where ``release`` resumes. ``NotOwner`` when the partition was revoked (or
+        the standby removed) meanwhile: nothing installed. ``log_end``: the partition's end in
+        this log; a snapshot beyond it is of another log, refused."""
         with self._cond:
             if partition not in self._restoring:
                 raise NotOwner(f"partition {partition} is not held for a restore here: take it on with "
@@ -176,7 +177,24 @@ class Ownership:
         with self._cond:
             if self._applied[partition] == 0 or partition in self._restoring:
                 raise NotFound(f"this member holds no state of partition {partition}: ask another member")
-        return snapshots.stream(self.store, partition, self.partitions, CORE)
+        return self._sending_one(snapshots.stream(self.store, partition, self.partitions, CORE))
+
+    _sending = 0  # snapshots being read by peers now (from their first chunk until the last or a close)
+
+    @property
+    def snapshots_sending(self) -> int:
+        """How many snapshots (``snapshot``) are being sent now."""
+        with self._cond:
+            return self._sending
+
+    def _sending_one(self, chunks: Iterator[bytes]) -> Iterator[bytes]:
+        with self._cond:
+            self._sending += 1
+        try:
+            yield from chunks
+        finally:
+            with self._cond:
+                self._sending -= 1
 
     def revoke(self, parts: Iterable[int], *, drop: bool = False, standby: bool = False) -> None:
         """Give ``parts`` up (see the module): not served from the start of this call, not applied
@@ -185,6 +203,7 @@ class Ownership:
         gone = frozenset(parts)
         with self._cond:
             self._owned = self._owned - gone
+            held = gone & self._restoring  # a restore in flight installs nothing; as a standby: replayed
             self._restoring = self._restoring - gone
             if standby:
                 self._standby = self._standby | gone
@@ -198,21 +217,28 @@ class Ownership:
         self.deliveries.abandon(lambda key: partition_for_key(key, self.partitions) in gone)
         with self._step_lock:  # the step in progress ends first; later steps skip ``gone``
             self._dropped(gone, drop)
-            self._replan = self._replan or not standby
-        if not standby:
+            resumed = held if standby else frozenset()  # not read by the cursor yet: position it
+            self._unsynced |= resumed
+            self._replan = self._replan or not standby or bool(resumed)
+        if not standby or resumed:
             self._wake_cursor()
 
-    def add_standbys(self, parts: Iterable[int]) -> None:
+    def add_standbys(self, parts: Iterable[int], *, hold: bool = False) -> None:
         """Apply ``parts`` as a standby replica: from their checkpoints (offset 0 without state),
         kept current with the log, never served (their calls stay ``NotOwner``). Owned partitions
-        and standbys already are left alone. Returns at once."""
+        and standbys already are left alone. Returns at once. ``hold``: not applied until
+        ``release``, so that ``restore`` can first install a snapshot of them (as ``assign``'s)."""
         with self._step_lock:
             with self._cond:
                 new = frozenset(parts) - self._owned - self._standby
                 if not new:
                     return
                 self._standby = self._standby | new
+                if hold:
+                    self._restoring = self._restoring | new
                 self._applying = (self._owned | self._standby) - self._restoring
+            if hold:
+                return
             self._unsynced |= new
             self._replan = True
         self._wake_cursor()
@@ -225,6 +251,7 @@ class Ownership:
             if not gone:
                 return
             self._standby = self._standby - gone
+            self._restoring = self._restoring - gone  # a restore in flight installs nothing
             self._applying = (self._owned | self._standby) - self._restoring
         with self._step_lock:
             self._dropped(gone, drop)

@@ -118,11 +118,13 @@ class ClusterMember:
             self.engine.assign(parts)  # a standby is promoted where it stands
 
     def _peers_of(self, partition: int) -> list[str]:
-        """Whom to ask for ``partition``'s snapshot: its standbys (current), then the members of
+        """Whom to ask for ``partition``'s snapshot: its owner and standbys (current; the owner
+        is another member when this one restores a standby), then the members of
         the map, then every member seen in an earlier map (one evicted, say after a stall, still
         holds its state and serves snapshots)."""
         latest = self.membership.map
-        first = [u for u in latest.standbys.get(partition, ()) if u != latest.self_url]
+        owner = latest.owners.get(partition)
+        first = [u for u in (owner, *latest.standbys.get(partition, ())) if u and u != latest.self_url]
         now = sorted({u for u in latest.owners.values() if u != latest.self_url} - set(first))
         with self._lock:
             before = sorted(self._seen - set(first) - set(now) - {latest.self_url})
@@ -158,7 +160,10 @@ class ClusterMember:
         if wanted - have:
             with self._lock:
                 self._held |= wanted
-            self.engine.add_standbys(wanted - have)
+            if self.restorer is not None:
+                self.restorer.add_standbys(wanted - have)  # a cold one from a peer's snapshot
+            else:
+                self.engine.add_standbys(wanted - have)
 
     def _watch_warmups(self) -> None:
         """Once a second, while the map says this member warms partitions up: when each is
@@ -257,8 +262,8 @@ class ClusterCollector(Collector):
     ``histlog_cluster_lease_valid``, ``histlog_cluster_rebalances_total``,
     ``histlog_cluster_catch_up_remaining_records`` (on partitions still catching up),
     ``histlog_cluster_standby_partitions``, ``histlog_cluster_standby_lag_records``,
-    ``histlog_cluster_warmup_rejoins_total``, ``histlog_cluster_snapshot_restores_total`` and
-    ``histlog_cluster_snapshot_fallbacks_total``."""
+    ``histlog_cluster_warmup_rejoins_total``, ``histlog_cluster_snapshot_restores_total``,
+    ``histlog_cluster_snapshot_fallbacks_total`` and ``histlog_cluster_snapshot_streams``."""
 
     def __init__(self, member: ClusterMember, probe: StatsProbe | None = None) -> None:
         self.member = member
@@ -289,6 +294,8 @@ class ClusterCollector(Collector):
                                         "Partitions that asked for a snapshot and were replayed (no peer gave one)")
         fell_back.add_metric([], 0 if restorer is None else restorer.fell_back)
         yield fell_back
+        yield GaugeMetricFamily("histlog_cluster_snapshot_streams", "Partition snapshots this member is sending to "
+                                "peers now", value=engine.snapshots_sending)
         catching = [p for p in owned if engine.partition_state(p) == "catching_up"]
         standbys = engine.standbys
         lag = self._lag() if catching or standbys else []  # behind the log end, every partition

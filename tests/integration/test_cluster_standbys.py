@@ -260,19 +260,21 @@ def _skip_if_the_first_member_dropped_out(first: MemberProcess) -> None:
 
 
 @pytest.mark.slow
-def test_a_new_member_takes_partitions_over_only_once_it_has_warmed_them_up(tmp_path: Path,
-                                                                            kafka_bootstrap: str) -> None:
+@pytest.mark.parametrize("snapshots", [True, False], ids=["from-snapshots", "by-replay"])
+def test_a_new_member_takes_partitions_over_only_once_it_has_warmed_them_up(tmp_path: Path, kafka_bootstrap: str,
+                                                                            snapshots: bool) -> None:
     """KIP-441's warm-up: a member joining a group whose partitions hold far more records than
     ``--warmup-lag`` is given none of them at first; it warms the ones balance would move to it as
     standbys (the map names them in ``warmups``), joins again once within the lag, and only then
-    takes them over: it never owns a partition it is far behind on."""
+    takes them over: it never owns a partition it is far behind on. It warms them from the
+    owner's snapshots (nothing replayed), or with ``--no-snapshots`` by replaying every record."""
     partitions, per, lag = 4, 4000, 500
     topic, group = unique_topic("warmup"), unique_topic("group")
     HistoryEngine.open(kafka=kafka_bootstrap, topic=topic, state_dir=tmp_path / "creator",
                        partitions=partitions).close()
     conversations = conversations_on_every_partition(1, partitions)
     fill_partitions(kafka_bootstrap, topic, conversations, per, partitions)
-    flags = ("--standbys", "1", "--warmup-lag", str(lag))
+    flags = ("--standbys", "1", "--warmup-lag", str(lag), *(() if snapshots else ("--no-snapshots",)))
     first = MemberProcess("m0", kafka_bootstrap, topic, group, tmp_path / "m0", tmp_path / "m0.log", *flags)
     new = MemberProcess("m1", kafka_bootstrap, topic, group, tmp_path / "m1", tmp_path / "m1.log", *flags)
     try:
@@ -303,8 +305,11 @@ def test_a_new_member_takes_partitions_over_only_once_it_has_warmed_them_up(tmp_
         owned_new = {int(p) for p, u in get_json(new.url, "/v1/cluster")["owners"].items() if u == new.url}
         assert len(owned_new) == partitions // 2
         s = _stats(new)
-        for p in owned_new:  # applied as a standby before it was owned: every record once
-            assert s["applied_since_open"][p] == s["end_offsets"][p] == per, (p, s)
+        for p in owned_new:  # warmed as a standby before it was owned: restored, or every record once
+            assert s["end_offsets"][p] == per and s["applied_since_open"][p] == (0 if snapshots else per), (p, s)
+        restores = metric(new, "histlog_cluster_snapshot_restores_total") or 0
+        assert (restores >= len(owned_new)) if snapshots else restores == 0, restores
+        assert (metric(new, "histlog_cluster_snapshot_fallbacks_total") or 0) == 0
         assert (metric(new, "histlog_cluster_warmup_rejoins_total") or 0) >= 1
         assert metric(first, "histlog_cluster_warmup_rejoins_total") == 0
     finally:

@@ -201,3 +201,84 @@ def test_a_partition_revoked_while_its_snapshot_arrives_installs_nothing(backend
 def test_conversations_of_the_partition_are_those_of_the_log_partitioner() -> None:
     for p, convs in CONVS.items():
         assert all(partition_for_key(record_key(c), PARTITIONS) == p for c in convs)
+
+
+def test_a_standby_restored_from_a_snapshot_plus_its_tail_equals_a_rebuild(backend: FileOwned) -> None:
+    """A new standby (or one warming up before a move) held by ``add_standbys(hold=True)`` is not
+    applied until its snapshot is installed and released; it then applies only the tail, serves
+    nothing, and once promoted its state and reads equal a rebuild's."""
+    chunks, at = _history(backend, token())
+    backend.drop_state()
+    with backend.open(owned=[]) as eng:
+        eng.add_standbys([0])
+        eng.add_standbys([P], hold=True)
+        assert eng.standbys == {0, P}
+        assert eng.catch_up(timeout=30, standbys=True)  # the projector ran: partition 0 applied...
+        ends = eng.stats().end_offsets
+        assert eng.applied_offsets()[0] == ends[0] > 0
+        assert eng.applied_offsets()[P] == 0  # ...P held: nothing applied
+        with pytest.raises(NotFound):
+            eng.partition_snapshot(P)  # a held standby is served to no peer either
+        assert eng.restore_partition(P, chunks) == at
+        eng.release([P])
+        assert eng.catch_up(timeout=30, standbys=True)
+        assert eng.applied_offsets()[P] == ends[P] and eng.stats().applied_since_open[P] == 3  # the tail
+        assert eng.partition_state(P) == "not_owned"
+        with pytest.raises(NotOwner):
+            eng.entries(CONVS[P][0])  # a standby serves nothing
+        restored = _rows_of(eng, P)
+        eng.assign([P])  # promoted where it stands
+        assert eng.catch_up(timeout=30) and eng.stats().applied_since_open[P] == 3
+        seen = view_of(eng, CONVS[P])
+    with backend.reference(owned=[P]) as rebuilt:
+        assert _comparable(_rows_of(rebuilt, P)) == _comparable(restored)
+        assert view_of(rebuilt, CONVS[P]) == seen
+
+
+def test_a_standby_removed_while_its_snapshot_arrives_installs_nothing(backend: FileOwned) -> None:
+    chunks, _ = _history(backend, token())
+    backend.drop_state()
+    with backend.open(owned=[]) as eng:
+        eng.add_standbys([P], hold=True)
+
+        def arriving() -> object:
+            yield chunks[0][:10]
+            eng.remove_standbys([P])  # the map moved the standby elsewhere mid-transfer
+            yield from [chunks[0][10:], *chunks[1:]]
+
+        with pytest.raises(NotOwner):
+            eng.restore_partition(P, arriving())  # type: ignore[arg-type]
+        assert eng.applied_offsets()[P] == 0 and _rows_of(eng, P) == {} and eng.standbys == frozenset()
+        eng.release([P])  # what the restorer does next: nothing to release
+        assert eng.standbys == frozenset() and eng.applied_offsets()[P] == 0
+
+
+def test_a_partition_held_for_a_restore_and_revoked_to_a_standby_is_applied(backend: FileOwned) -> None:
+    """``revoke(standby=True)`` of a partition held for a restore: it goes on as a standby, and
+    since no restore will install anything into it now, it is applied from its checkpoint."""
+    _history(backend, token())
+    backend.drop_state()
+    with backend.open(owned=[]) as eng:
+        eng.assign([P], hold=True)
+        eng.revoke([P], standby=True)
+        assert eng.standbys == {P}
+        assert eng.catch_up(timeout=30, standbys=True)
+        assert eng.applied_offsets()[P] == eng.stats().end_offsets[P] > 0
+        replayed = _rows_of(eng, P)
+    with backend.reference(owned=[P]) as rebuilt:
+        assert _comparable(_rows_of(rebuilt, P)) == _comparable(replayed)
+
+
+def test_snapshots_being_sent_are_counted_until_read_or_closed(backend: FileOwned) -> None:
+    """``snapshots_sending`` (a member's ``histlog_cluster_snapshot_streams``): from a stream's
+    first chunk until its last, or until it is closed (a peer gone mid-transfer)."""
+    _history(backend, token())
+    with backend.open() as eng:
+        assert eng.snapshots_sending == 0
+        whole, cut = eng.partition_snapshot(P), eng.partition_snapshot(P)
+        next(whole), next(cut)
+        assert eng.snapshots_sending == 2
+        list(whole)  # read to its end
+        assert eng.snapshots_sending == 1
+        cut.close()  # type: ignore[attr-defined]
+        assert eng.snapshots_sending == 0
