@@ -19,16 +19,14 @@ Run ``python -m bench --only cluster [--quick]`` (or ``histlog bench cluster``).
 * **failover**: ``bench_failover`` (kill -9 of an owner with ``--standbys 0`` vs ``1``, a standby's cost), on
   the same broker.
 * **a new member's time to ready**: ``bench_join`` (from a peer's snapshot vs by replay), on the same broker.
+* **appends under load with standbys, and 2 members vs 1 split**: ``bench_load``, on the same broker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import select
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,9 +36,10 @@ from typing import Any
 
 from kafka import KafkaProducer
 
-from bench import bench_failover, bench_forward, bench_join
+from bench import bench_failover, bench_forward, bench_join, bench_load
 from bench.bench_kafka import _broker
 from bench.common import batch, event_bytes
+from bench.members import START_S, Serve
 from engine import AsyncHistoryClient, HistoryEngine
 from engine.cluster.member import ClusterMember, ClusterReadiness
 from engine.cluster.membership import MIN_SESSION_TIMEOUT, Membership
@@ -52,8 +51,6 @@ __all__ = ["report", "run"]
 PARTITIONS = 8
 MEMBERS = 2
 APPENDERS = 64
-START_S = 120.0
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _fill(bootstrap: str, events: int) -> str:
@@ -113,31 +110,6 @@ def _member(bootstrap: str, topic: str, root: Path) -> dict[str, Any]:
             "catch_up_s": round(seconds - joined, 2)}
 
 
-class _Serve:
-    """A ``histlog serve`` subprocess (``--group`` when given), killed on exit."""
-
-    def __init__(self, bootstrap: str, topic: str, state: Path, *extra: str) -> None:
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "engine", "--kafka", bootstrap, "--topic", topic, "--state", str(state), "serve",
-             "--listen", "127.0.0.1:0", *extra], env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL)
-        assert self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], START_S)  # as bench_service's server
-        line = self.proc.stdout.readline().decode() if ready else ""
-        if not line.startswith("listening="):
-            self.close()
-            raise RuntimeError(f"histlog serve did not start (printed {line!r})")
-        self.url = line.strip().removeprefix("listening=")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(30)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
 async def _wait_ready(urls: list[str]) -> None:
     import httpx
 
@@ -168,7 +140,7 @@ async def _append_rate(urls: list[str], total: int, tag: str) -> float:
 def _throughput(bootstrap: str, root: Path, total: int) -> dict[str, Any]:
     out: dict[str, Any] = {"appenders": APPENDERS, "appends": total}
     one_topic = f"histlog-bench-one-{uuid.uuid4().hex[:8]}"
-    one = _Serve(bootstrap, one_topic, root / "one", "--partitions", str(PARTITIONS))
+    one = Serve(bootstrap, one_topic, root / "one", "--partitions", str(PARTITIONS))
     try:
         out["one_server_per_s"] = round(asyncio.run(_append_rate([one.url], total, "one")))
     finally:
@@ -176,10 +148,10 @@ def _throughput(bootstrap: str, root: Path, total: int) -> dict[str, Any]:
     topic = f"histlog-bench-members-{uuid.uuid4().hex[:8]}"
     KafkaLog(bootstrap, topic, partitions=PARTITIONS).close()
     group = f"bench-{uuid.uuid4().hex[:8]}"
-    members: list[_Serve] = []
+    members: list[Serve] = []
     try:
         for i in range(MEMBERS):
-            members.append(_Serve(bootstrap, topic, root / f"m{i}", "--group", group, "--advertise",
+            members.append(Serve(bootstrap, topic, root / f"m{i}", "--group", group, "--advertise",
                                   "http://127.0.0.1:0", "--session-timeout", str(MIN_SESSION_TIMEOUT)))
         out["members_per_s"] = round(asyncio.run(_append_rate([m.url for m in members], total, "members")))
     finally:
@@ -201,6 +173,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             throughput = _throughput(bootstrap, root, 1_000 if quick else 4_000)
             failover = bench_failover.run(quick=quick, bootstrap=bootstrap)
             join = bench_join.run(quick=quick, bootstrap=bootstrap)
+            load = bench_load.run(quick=quick, bootstrap=bootstrap)
         forward = bench_forward.run(quick=quick)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -208,7 +181,7 @@ def run(quick: bool = False) -> dict[str, Any]:
             "member": member, "members": MEMBERS, "startup_speedup": round(replica["ready_s"] / member["ready_s"], 2),
             "catch_up_speedup": round(replica["ready_s"] / max(member["catch_up_s"], 0.01), 2),
             "appends": throughput, "forward": forward, "failover": failover,
-            "join": join}
+            "join": join, "load": load}
 
 
 def report(result: dict[str, Any]) -> str:
@@ -227,6 +200,7 @@ def report(result: dict[str, Any]) -> str:
         bench_forward.report(r["forward"]),
         bench_failover.report(r["failover"]),
         *([bench_join.report(r["join"])] if "join" in r else []),
+        *([bench_load.report(r["load"])] if "load" in r else []),
     ])
 
 

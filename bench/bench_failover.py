@@ -1,6 +1,7 @@
 """Failover benchmark (issue 48, ``serve --group G --standbys K``): what a standby replica buys when
-an owner dies and what it costs, measured in one run on one broker. Part of ``histlog bench cluster``
-(``bench_cluster.run`` calls it on its broker); alone: ``python -m bench.bench_failover [--quick]``.
+an owner dies and what it costs to keep, measured in one run on one broker. Part of ``histlog bench
+cluster`` (``bench_cluster.run`` calls it on its broker); alone: ``python -m bench.bench_failover
+[--quick]``.
 
 * **unavailability after kill -9 of an owner**, ``--standbys 0`` vs ``--standbys 1``: a 2-partition
   topic whose partition 0 holds N records (a raw producer, as ``bench_cluster._fill``, every record
@@ -14,18 +15,17 @@ an owner dies and what it costs, measured in one run on one broker. Part of ``hi
   goes on until 50 more are acknowledged (or 120 s). Unavailability = the longest gap between two
   consecutive acknowledgements. Also: kill -> the survivor's ``/readyz`` 200 owning partition 0, and
   the records it applied on partition 0 after the kill (``applied_since_open``: the replay cost).
+  The members run with ``--no-snapshots``: a standby started beside a fresh owner could otherwise
+  take a partial snapshot of it, and its apply cost (below) would not be measured.
 * **the cost of a standby**: CPU (utime + stime of the process, ``/proc/<pid>/stat``) per record of
   the initial catch-up of the N records, on the owner and on the standby of partition 0 (each member
-  from the moment it listens until its applied offset of partition 0 reaches the log end); and
-  appends/s with K=1 vs K=0, 2 members on 8 partitions, 64 concurrent appenders through an
-  ``AsyncHistoryClient`` given both URLs, each variant on its own fresh topic, all up at once and
-  loaded in turn, in 4 interleaved rounds (order rotating) after an uncounted warm-up.
-* **efficiency**: the members' total CPU per append over that load, 2 members (K=0) vs 1 member alone
-  (``--group``, K=0) on the same load, in the same interleaved rounds (goal <= 1.2x).
+  from the moment it listens until its applied offset of partition 0 reaches the log end). Under
+  load (appends/s, CPU per append with K=1 vs K=0) and the efficiency of 2 members vs 1:
+  ``bench_load``, on the same broker.
 * **a new member's time to ready** (snapshots vs replay): ``bench_join``, on the same broker.
 
 On this 2-core machine the members, the broker and the load generator share the cores: CPU per
-record/append is the robust number, rates swing between runs.
+record is the robust number, rates swing between runs.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +49,9 @@ import httpx
 import orjson
 from kafka import KafkaProducer
 
-from bench import bench_cluster
 from bench.bench_kafka import _broker
 from bench.common import batch, event_bytes
-from engine import AsyncHistoryClient
+from bench.members import START_S, Serve
 from engine.cluster.membership import MIN_SESSION_TIMEOUT
 from engine.log.kafka import KafkaLog
 from schemas.records import partition_for_key, record_key
@@ -60,9 +59,7 @@ from schemas.records import partition_for_key, record_key
 __all__ = ["report", "run"]
 
 FAILOVER_PARTITIONS = 2
-LOAD_PARTITIONS = 8
 SESSION_S = MIN_SESSION_TIMEOUT
-APPENDERS = 64
 WRITER_TIMEOUT_S = 2.0
 ERROR_PAUSE_S = 0.02
 BEFORE_KILL = 50
@@ -70,7 +67,6 @@ AFTER_KILL = 50
 RECOVERY_BOUND_S = 120.0
 JOIN_S = 120.0
 CATCH_UP_S = 300.0
-EFFICIENCY_GOAL = 1.2
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -162,18 +158,18 @@ def _wait(condition: Any, timeout: float, what: str, every: float = 0.1) -> Any:
 
 @contextmanager
 def _members(bootstrap: str, topic: str, root: Path, count: int, standbys: int) -> Iterator[
-        list[tuple[bench_cluster._Serve, float]]]:
+        list[tuple[Serve, float]]]:
     """``count`` members of a new group on ``topic``, started together (fresh state); yields each
     with its CPU seconds when it printed its URL. Every one is killed on exit (Ctrl-C included)."""
     group = f"bench-failover-{uuid.uuid4().hex[:8]}"
-    started: list[tuple[bench_cluster._Serve, float] | None] = [None] * count
+    started: list[tuple[Serve, float] | None] = [None] * count
     errors: list[BaseException] = []
 
     def start(i: int) -> None:
         try:
-            m = bench_cluster._Serve(bootstrap, topic, root / f"{group}-m{i}", "--group", group, "--advertise",
+            m = Serve(bootstrap, topic, root / f"{group}-m{i}", "--group", group, "--advertise",
                                      "http://127.0.0.1:0", "--session-timeout", str(SESSION_S),
-                                     "--standbys", str(standbys))
+                                     "--standbys", str(standbys), "--no-snapshots")
             started[i] = (m, _cpu_s(m.proc.pid))
         except BaseException as exc:  # reported by the caller
             errors.append(exc)
@@ -189,7 +185,7 @@ def _members(bootstrap: str, topic: str, root: Path, count: int, standbys: int) 
         yield [s for s in started if s is not None]
     finally:
         for t in threads:
-            t.join(bench_cluster.START_S)
+            t.join(START_S)
         for s in started:
             if s is not None:
                 s[0].close()
@@ -202,7 +198,7 @@ def _stats(url: str) -> dict[str, Any]:
     return s
 
 
-def _catch_up(pairs: list[tuple[bench_cluster._Serve, float]], standbys: int) -> dict[str, Any]:
+def _catch_up(pairs: list[tuple[Serve, float]], standbys: int) -> dict[str, Any]:
     """Wait for the whole map and partition 0's owner (and standby) at the log end of partition 0;
     the CPU each of them spent until then, per record of partition 0."""
     urls = [m.url for m, _ in pairs]
@@ -254,7 +250,7 @@ def _catch_up(pairs: list[tuple[bench_cluster._Serve, float]], standbys: int) ->
     return out
 
 
-async def _writer(survivor: str, owner: bench_cluster._Serve, conversation: str) -> dict[str, Any]:
+async def _writer(survivor: str, owner: Serve, conversation: str) -> dict[str, Any]:
     """Appends to ``conversation`` (on partition 0) through ``survivor``; kills ``owner`` after
     BEFORE_KILL acknowledgements; stops AFTER_KILL acknowledgements after the kill or at the bound."""
     acks: list[float] = []
@@ -349,86 +345,8 @@ def _failover(bootstrap: str, topic: str, root: Path, standbys: int) -> dict[str
         return out
 
 
-# ----- parts 2 and 3: appends/s and CPU per append under load
-
-VARIANTS = ((2, 0), (2, 1), (1, 0))  # (members, standbys)
-ROUNDS = 4
-
-
-def _per(total: int) -> int:
-    """Appends per appender per round for about ``total`` appends per variant (at least that)."""
-    return -(-total // (ROUNDS * APPENDERS))
-
-
-async def _round(client: AsyncHistoryClient, pids: list[int], per: int, tag: str) -> tuple[float, float]:
-    """``APPENDERS`` concurrent appenders, ``per`` appends each: (seconds, the members' CPU seconds)."""
-
-    async def appender(k: int) -> None:
-        for i in range(per):
-            await client.append(batch(f"conv-{tag}-{k}-{i // 10}", f"a-{k}-{i}"))
-
-    cpu0 = [_cpu_s(p) for p in pids]
-    started = time.perf_counter()
-    await asyncio.gather(*(appender(k) for k in range(APPENDERS)))
-    seconds = time.perf_counter() - started
-    return seconds, sum(_cpu_s(p) - c for p, c in zip(pids, cpu0, strict=True))
-
-
-async def _loads(clusters: dict[tuple[int, int], list[str]], pids: dict[tuple[int, int], list[int]],
-                 total: int) -> dict[tuple[int, int], dict[str, Any]]:
-    """The same load on every variant, in ``ROUNDS`` interleaved rounds (the order rotating, so drift
-    hits each alike) after an uncounted warm-up round; totals over the rounds."""
-    per = _per(total)
-    clients = {v: AsyncHistoryClient(urls if len(urls) > 1 else urls[0], timeout=60) for v, urls in clusters.items()}
-    done: dict[tuple[int, int], list[tuple[float, float]]] = {v: [] for v in clusters}
-    try:
-        for v, client in clients.items():  # reads the map, opens the pools
-            await client.append(batch(f"warm-{v[0]}-{v[1]}", "w"))
-            await _round(client, pids[v], 2, f"warm-{v[0]}-{v[1]}")
-        order = list(clusters)
-        for r in range(ROUNDS):
-            for v in order[r % len(order):] + order[:r % len(order)]:
-                done[v].append(await _round(clients[v], pids[v], per, f"r{r}-{v[0]}-{v[1]}"))
-            _say(f"appends: round {r + 1}/{ROUNDS} done")
-    finally:
-        for client in clients.values():
-            await client.close()
-    n = per * APPENDERS
-    out = {}
-    for v, rounds in done.items():
-        seconds, cpu = sum(s for s, _ in rounds), sum(c for _, c in rounds)
-        out[v] = {"members": v[0], "standbys": v[1], "per_s": round(n * len(rounds) / seconds),
-                  "cpu_s": round(cpu, 2), "cpu_us_per_append": round(cpu / (n * len(rounds)) * 1e6),
-                  "rounds_cpu_us_per_append": [round(c / n * 1e6) for _, c in rounds],
-                  "rounds_per_s": [round(n / s) for s, _ in rounds]}
-    return out
-
-
-def _throughput(bootstrap: str, root: Path, total: int) -> dict[str, Any]:
-    """Each variant of ``VARIANTS`` on its own fresh ``LOAD_PARTITIONS``-partition topic, all up at once."""
-    with ExitStack() as stack:
-        clusters: dict[tuple[int, int], list[str]] = {}
-        pids: dict[tuple[int, int], list[int]] = {}
-        for members, standbys in VARIANTS:
-            topic = f"histlog-bench-failover-load-{uuid.uuid4().hex[:8]}"
-            KafkaLog(bootstrap, topic, partitions=LOAD_PARTITIONS).close()
-            _say(f"appends: starting {members} member(s), --standbys {standbys}")
-            pairs = stack.enter_context(_members(bootstrap, topic, root, members, standbys))
-            clusters[(members, standbys)] = [m.url for m, _ in pairs]
-            pids[(members, standbys)] = [m.proc.pid for m, _ in pairs]
-        for (members, standbys), urls in clusters.items():
-            _wait(lambda urls=urls, k=standbys: _whole_map(urls, LOAD_PARTITIONS, k), JOIN_S,
-                  f"{members} member(s), --standbys {standbys}: one whole map, every member ready")
-        out = asyncio.run(_loads(clusters, pids, total))
-    for v, o in out.items():
-        _say(f"appends: {v[0]} member(s), --standbys {v[1]}: {o['per_s']}/s, {o['cpu_us_per_append']} µs CPU "
-             f"per append (rounds: {o['rounds_cpu_us_per_append']})")
-    return {"two_members": out[(2, 0)], "two_members_standbys_1": out[(2, 1)], "one_member": out[(1, 0)]}
-
-
 def run(quick: bool = False, bootstrap: str | None = None) -> dict[str, Any]:
     records = 50_000 if quick else 200_000
-    appends = 2_000 if quick else 4_000
     root = Path(tempfile.mkdtemp(prefix="histlog-bench-failover-"))
     try:
         with (nullcontext(bootstrap) if bootstrap else _broker()) as kafka:
@@ -437,22 +355,14 @@ def run(quick: bool = False, bootstrap: str | None = None) -> dict[str, Any]:
             topic = _fill(kafka, records)
             _say(f"filled in {time.perf_counter() - started:.1f} s")
             failover = [_failover(kafka, topic, root, k) for k in (0, 1)]
-            load = _throughput(kafka, root, appends)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     owner, standby = failover[1]["owner_cost"], failover[1]["standby_cost"]
-    two, two_standby, one = load["two_members"], load["two_members_standbys_1"], load["one_member"]
     return {"bench": "failover", "records": records, "partitions": FAILOVER_PARTITIONS, "session_timeout_s": SESSION_S,
             "goal_s": SESSION_S + 2, "failover": {f"standbys_{f['standbys']}": f for f in failover},
             "standby_cost": {"owner_cpu_us_per_record": owner["cpu_us_per_record"],
                              "standby_cpu_us_per_record": standby["cpu_us_per_record"],
-                             "ratio": round(standby["cpu_us_per_record"] / max(owner["cpu_us_per_record"], 1e-9), 2)},
-            "appends": {"appends": _per(appends) * APPENDERS * ROUNDS, "appenders": APPENDERS,
-                        "partitions": LOAD_PARTITIONS, "rounds": ROUNDS,
-                        "two_members": two, "two_members_standbys_1": two_standby, "one_member": one,
-                        "standby_ratio": round(two_standby["per_s"] / two["per_s"], 2),
-                        "cpu_ratio_two_vs_one": round(two["cpu_us_per_append"] / one["cpu_us_per_append"], 2),
-                        "efficiency_goal": EFFICIENCY_GOAL}}
+                             "ratio": round(standby["cpu_us_per_record"] / max(owner["cpu_us_per_record"], 1e-9), 2)}}
 
 
 def _failover_line(f: dict[str, Any], goal: float) -> list[str]:
@@ -470,9 +380,8 @@ def _failover_line(f: dict[str, Any], goal: float) -> list[str]:
 
 
 def report(result: dict[str, Any]) -> str:
-    r, a, c = result, result["appends"], result["standby_cost"]
+    r, c = result, result["standby_cost"]
     f0, f1 = r["failover"]["standbys_0"], r["failover"]["standbys_1"]
-    two, two_s, one = a["two_members"], a["two_members_standbys_1"], a["one_member"]
     return "\n".join([
         f"failover: kill -9 of the owner of a partition of {r['records']} records, 2 members, "
         f"session timeout {r['session_timeout_s']:g} s",
@@ -482,15 +391,6 @@ def report(result: dict[str, Any]) -> str:
         f"  owner  (--standbys 0)  {f0['owner_cost']['cpu_us_per_record']:>6} µs",
         f"  owner  (--standbys 1)  {c['owner_cpu_us_per_record']:>6} µs",
         f"  standby               {c['standby_cpu_us_per_record']:>6} µs  -> {c['ratio']}x the owner's",
-        f"appends/s, {a['appenders']} concurrent appenders, {a['appends']} appends each in {a['rounds']} interleaved "
-        f"rounds, {a['partitions']} partitions, each variant on its own topic",
-        f"  2 members, --standbys 0  {two['per_s']:>6}/s  CPU {two['cpu_us_per_append']:>5} µs/append",
-        f"  2 members, --standbys 1  {two_s['per_s']:>6}/s  CPU {two_s['cpu_us_per_append']:>5} µs/append"
-        f"  -> {a['standby_ratio']}x the appends/s",
-        f"  1 member                 {one['per_s']:>6}/s  CPU {one['cpu_us_per_append']:>5} µs/append",
-        f"  CPU µs/append per round: 2 members {two['rounds_cpu_us_per_append']}, with standbys "
-        f"{two_s['rounds_cpu_us_per_append']}, 1 member {one['rounds_cpu_us_per_append']}",
-        f"  CPU per append, 2 members vs 1: {a['cpu_ratio_two_vs_one']}x (goal <= {a['efficiency_goal']}x)",
     ])
 
 

@@ -31,7 +31,6 @@ from typing import Any
 
 import httpx
 
-from bench import bench_cluster
 from bench.bench_failover import (
     CATCH_UP_S,
     FAILOVER_PARTITIONS,
@@ -44,6 +43,7 @@ from bench.bench_failover import (
     _whole_map,
 )
 from bench.bench_kafka import _broker
+from bench.members import Serve
 
 __all__ = ["report", "run"]
 
@@ -57,9 +57,9 @@ def _say(text: str) -> None:
     print(f"  join: {text}", file=sys.stderr, flush=True)
 
 
-def _serve(bootstrap: str, topic: str, state: Path, group: str, *extra: str) -> bench_cluster._Serve:
+def _serve(bootstrap: str, topic: str, state: Path, group: str, *extra: str) -> Serve:
     """One ``histlog serve --group group --standbys 0`` member (fresh state at ``state``)."""
-    return bench_cluster._Serve(bootstrap, topic, state, "--group", group, "--advertise", "http://127.0.0.1:0",
+    return Serve(bootstrap, topic, state, "--group", group, "--advertise", "http://127.0.0.1:0",
                                 "--session-timeout", str(SESSION_S), "--standbys", "0", *extra)
 
 
@@ -83,8 +83,8 @@ def _new_member(bootstrap: str, topic: str, root: Path, name: str, extra: tuple[
     """A (alone, owning both partitions, ready), then B started: B's process start -> B ready owning
     one partition in a whole map both agree on; what B applied of it and its snapshot counters."""
     group = f"bench-join-{uuid.uuid4().hex[:8]}"
-    a: bench_cluster._Serve | None = None
-    b: bench_cluster._Serve | None = None
+    a: Serve | None = None
+    b: Serve | None = None
     try:
         started = time.monotonic()
         a = _serve(bootstrap, topic, root / f"{group}-a", group, *extra)
