@@ -52,8 +52,8 @@ class EnginePartitions:
         self._projector.assign(owned, self._log.end_offsets(), hold=hold)
 
     def release(self, parts: Iterable[int]) -> None:
-        """Start applying partitions held by ``assign`` or ``add_standbys`` (``hold=True``), from their checkpoints (a
-        restored snapshot's, or offset 0). Others are left alone."""
+        """Start applying partitions held by ``assign`` or ``add_standbys`` (``hold=True``), from
+        their checkpoints (a restored snapshot's, or offset 0). Others are left alone."""
         held = check_partitions(parts, self._log.partitions)
         self._check_open()
         self._projector.release(held)
@@ -75,10 +75,10 @@ class EnginePartitions:
 
     def restore_partition(self, partition: int, chunks: Iterable[bytes]) -> int:
         """Install a peer's snapshot of a partition held by ``assign`` or ``add_standbys``
-        (``hold=True``), verified first
-        (``SnapshotRejected`` naming the check that failed: nothing installed); returned: its
-        checkpoint offset, where ``release`` resumes. The tail after it comes from the log, so
-        the state equals a rebuild; ``NotOwner`` if the partition was revoked meanwhile."""
+        (``hold=True``), verified first (``SnapshotRejected`` naming the check that failed:
+        nothing installed); returned: its checkpoint offset, where ``release`` resumes. The tail
+        after it comes from the log, so the state equals a rebuild; ``NotOwner`` if the
+        partition was revoked (the standby removed) meanwhile."""
         (p,) = check_partitions([partition], self._log.partitions)
         self._check_open()
         return self._projector.restore(p, chunks, self._log.end_offsets()[p])

@@ -124,8 +124,9 @@ class Ownership:
             self._wake_cursor()
 
     def release(self, parts: Iterable[int]) -> None:
-        """Start applying the partitions held by ``assign`` or ``add_standbys`` (``hold=True``): from their checkpoints
-        (a snapshot's, once ``restore`` installed it; else offset 0). Others are left alone."""
+        """Start applying the partitions held by ``assign`` or ``add_standbys`` (``hold=True``):
+        from their checkpoints (a snapshot's, once ``restore`` installed it; else offset 0).
+        Others are left alone."""
         with self._step_lock:
             with self._cond:
                 gone = frozenset(parts) & self._restoring
