@@ -48,7 +48,7 @@ pytestmark = pytest.mark.kafka
 
 PARTITIONS, PER = 4, 1500
 JOIN_S, CATCH_UP_S = 60.0, 60.0
-WRITER_S = 120.0  # 10 appends per writer, each call bounded by 25 s
+WRITER_S = 300.0  # 10 appends per writer, each call bounded by 25 s
 
 
 def _owned(m: MemberProcess) -> set[int]:
@@ -172,7 +172,9 @@ def test_the_member_serving_a_snapshot_killed_mid_transfer(tmp_path: Path, kafka
         writing = Load(history, [first.url, new.url], after, clients=4, per_client=10, seed=15)
         writer = threading.Thread(target=lambda: asyncio.run(writing.run()), daemon=True)
         writer.start()  # clients write through the kill
-        wait_until(lambda: (metric(first, "histlog_cluster_snapshot_streams") or 0) >= 1, JOIN_S,
+        # (or the new one has restored already: a transfer quicker than a scrape; skipped below)
+        wait_until(lambda: (metric(first, "histlog_cluster_snapshot_streams") or 0) >= 1
+                   or (metric(new, "histlog_cluster_snapshot_restores_total") or 0) >= 1, JOIN_S,
                    "the first member sends the new one a snapshot", every=0.01)
         first.signal(signal.SIGSTOP)  # mid-transfer: it sends no more
         first.signal(signal.SIGKILL)
@@ -189,8 +191,8 @@ def test_the_member_serving_a_snapshot_killed_mid_transfer(tmp_path: Path, kafka
             for c in filled:
                 assert len(client.read(c)) == 2 * per
         if restored:
-            pytest.skip("the snapshot arrived whole although its sender was stopped mid-stream (the rest was in the "
-                        "socket buffers): the history held, but the kill mid-transfer did not happen this run")
+            pytest.skip("the snapshot arrived whole before its sender was stopped, or from what the socket buffers "
+                        "held: the history held, but the kill mid-transfer did not happen this run")
         assert (metric(new, "histlog_cluster_snapshot_fallbacks_total") or 0) >= 1
         assert stats["applied_since_open"] == stats["end_offsets"]  # nothing of the cut one kept: replayed
     finally:
